@@ -1,0 +1,98 @@
+"""Non-learning baselines: random, round robin, a fixed cohort, and the oracle."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from bandits import kernels
+from fedjax_sel import validation
+from fedjax_sel.types import Decision, Selector
+
+
+def _stateless(select_fn, privileged: bool = False) -> Selector:
+    """A selector whose state is empty and whose update ignores the feedback."""
+
+    def init(key):
+        del key
+        return ()
+
+    def select(state, round_input, key):
+        return select_fn(round_input, key), state
+
+    def update(state, decision, feedback):
+        del decision, feedback
+        return state
+
+    return Selector(init=init, select=select, update=update, privileged=privileged)
+
+
+def random(num_clients: int, num_selected: int) -> Selector:
+    """Selects k clients uniformly at random among the available ones each round.
+
+    Args:
+      num_clients: N >= 1.
+      num_selected: cohort size k, 1 <= k <= N.
+    """
+    k = validation.num_selected(num_selected, validation.positive_int("num_clients", num_clients))
+    return _stateless(lambda inp, key: Decision(kernels.uniform_subset(inp.available, k, key)))
+
+
+def round_robin(num_clients: int, num_selected: int) -> Selector:
+    """Cycles through the clients in index order, k per round.
+
+    Round `t` (1-based) schedules clients `(t-1)k, ..., (t-1)k + k - 1` (mod N); those
+    of them not available leave their slot empty.
+
+    Args:
+      num_clients: N >= 1.
+      num_selected: cohort size k, 1 <= k <= N.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    k = validation.num_selected(num_selected, n)
+
+    def select(inp, key):
+        del key
+        offset = ((inp.t - 1) * k) % n
+        in_block = (jnp.arange(n) - offset) % n < k
+        return Decision(in_block & inp.available)
+
+    return _stateless(select)
+
+
+def fixed(num_clients: int, clients: Sequence[int]) -> Selector:
+    """Always schedules the same clients (those available).
+
+    Args:
+      num_clients: N >= 1.
+      clients: distinct client indices in [0, N).
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    idx = np.asarray(clients)
+    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+        raise ValueError(f"clients must be a non-empty list of integers, got {clients!r}.")
+    if idx.min() < 0 or idx.max() >= n or len(set(idx.tolist())) != idx.size:
+        raise ValueError(f"clients must be distinct indices in [0, {n - 1}], got {clients!r}.")
+    chosen = jnp.zeros((n,), bool).at[idx].set(True)
+    return _stateless(lambda inp, key: Decision(chosen & inp.available))
+
+
+def oracle() -> Selector:
+    """Plays the environment's oracle decision (best given expectations).
+
+    A privileged selector: the runner fills `RoundInput.oracle` with `env.oracle`'s
+    decision for it, so its pseudo-regret is exactly zero.
+    """
+
+    def select(inp, key):
+        del key
+        if inp.oracle is None:
+            raise ValueError(
+                "bandits.oracle needs RoundInput.oracle; run it through fedjax_sel.simulate "
+                "with an environment that has an oracle."
+            )
+        return inp.oracle
+
+    return _stateless(select, privileged=True)

@@ -1,0 +1,48 @@
+"""Epsilon-greedy over empirical means."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from bandits import arm_stats, kernels
+from fedjax_sel import validation
+from fedjax_sel.types import Decision, Selector
+
+
+def epsilon_greedy(num_clients: int, num_selected: int, epsilon: float = 0.1) -> Selector:
+    """With probability epsilon a uniformly random cohort, else the k best empirical means.
+
+    The coin is tossed once per round (the cohort explores or exploits as a whole, as
+    in the baseline of Chen et al., epsilon = 0.3). Clients never observed rank first
+    when exploiting.
+
+    Args:
+      num_clients: N >= 1.
+      num_selected: cohort size k, 1 <= k <= N.
+      epsilon: exploration probability in [0, 1].
+
+    Returns:
+      A `Selector` whose state is an `arm_stats.ArmStats`.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    k = validation.num_selected(num_selected, n)
+    eps = validation.probability("epsilon", epsilon)
+
+    def init(key):
+        del key
+        return arm_stats.init(n)
+
+    def select(state, inp, key):
+        coin_key, explore_key, exploit_key = jax.random.split(key, 3)
+        score = jnp.where(state.counts > 0, arm_stats.means(state), jnp.inf)
+        exploit = kernels.masked_top_k(score, inp.available, k, exploit_key)
+        explore = kernels.uniform_subset(inp.available, k, explore_key)
+        selected = jnp.where(jax.random.uniform(coin_key) < eps, explore, exploit)
+        return Decision(selected), state
+
+    def update(state, decision, feedback):
+        del decision
+        return arm_stats.update(state, feedback)
+
+    return Selector(init=init, select=select, update=update)

@@ -1,0 +1,68 @@
+"""Thompson sampling: Beta-Bernoulli and Gaussian posteriors, top k of the samples."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from bandits import arm_stats, kernels
+from fedjax_sel import validation
+from fedjax_sel.types import Decision, Selector
+
+PRIORS = ("beta", "gaussian")
+
+
+def thompson(
+    num_clients: int,
+    num_selected: int,
+    prior: str = "beta",
+    prior_scale: float = 1.0,
+) -> Selector:
+    r"""Combinatorial Thompson sampling (Wang and Chen, ICML 2018), one sample per client.
+
+    - `prior="beta"` (rewards in [0, 1]): client i's posterior is
+      :math:`\mathrm{Beta}(1 + S_i, 1 + T_i - S_i)` with :math:`S_i` the sum of its
+      observed rewards. For Bernoulli rewards this is the exact posterior; for rewards in
+      [0, 1] it is the fractional update, which keeps `update` deterministic.
+    - `prior="gaussian"`: :math:`\theta_i \sim N(S_i / (T_i + 1), v^2 / (T_i + 1))`
+      (Agrawal and Goyal, 2013) with `v = prior_scale`.
+
+    The k available clients of largest sample are selected.
+
+    Args:
+      num_clients: N >= 1.
+      num_selected: cohort size k, 1 <= k <= N.
+      prior: "beta" or "gaussian".
+      prior_scale: v > 0, the Gaussian posterior's scale (unused for "beta").
+
+    Returns:
+      A `Selector` whose state is an `arm_stats.ArmStats`.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    k = validation.num_selected(num_selected, n)
+    if prior not in PRIORS:
+        raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}.")
+    v = validation.positive_float("prior_scale", prior_scale)
+
+    def init(key):
+        del key
+        return arm_stats.init(n)
+
+    def sample(state, key):
+        if prior == "beta":
+            a = 1.0 + state.sums
+            b = 1.0 + state.counts - state.sums
+            return jax.random.beta(key, a, b)
+        scale = v / jnp.sqrt(state.counts + 1.0)
+        return state.sums / (state.counts + 1.0) + scale * jax.random.normal(key, (n,))
+
+    def select(state, inp, key):
+        sample_key, tie_key = jax.random.split(key)
+        theta = sample(state, sample_key)
+        return Decision(kernels.masked_top_k(theta, inp.available, k, tie_key)), state
+
+    def update(state, decision, feedback):
+        del decision
+        return arm_stats.update(state, feedback)
+
+    return Selector(init=init, select=select, update=update)

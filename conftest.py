@@ -1,0 +1,1 @@
+"""Makes the repository root importable for the test suite (pytest rootdir conftest)."""

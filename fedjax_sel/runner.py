@@ -1,0 +1,465 @@
+"""The Monte Carlo runner: `lax.scan` over rounds, `vmap` over trials, chunked and resumable.
+
+Randomness (common random numbers). From `seed` come four independent streams:
+  - instance: trial m's environment is `env.reset(fold_in(k_reset, m))`;
+  - environment: round t of trial m uses `fold_in(fold_in(k_env, m), t)`;
+  - policy init: `selector.init(fold_in(k_init, m))`;
+  - policy: round t of trial m uses `fold_in(fold_in(k_policy, m), t)`.
+None depends on which policy runs, so every policy faces the same instances, channels
+and availability, and two copies of one policy give identical numbers.
+
+Reduction over trials. Each round's per-trial metrics are summed (and their squares)
+over trials on device, inside the scan. Floating-point sums depend on their order, so
+the order is fixed: a dyadic tree over the global trial index (pairs of adjacent
+trials, then pairs of pairs, ...), built from elementwise adds that XLA never
+reorders. A chunk of `trials_per_chunk` trials (a power of two) is one subtree; the host
+joins the chunks' roots with the same tree. The numbers are therefore the same, bit for
+bit on one backend, whatever the chunking or the number of devices.
+
+Memory is O(T * metrics + M * N): per-trial totals are kept, per-round curves only as
+sums over trials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from jax import lax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from fedjax_sel import validation
+from fedjax_sel.results import Results
+from fedjax_sel.types import Decision, Env, Selector
+
+# Per-round metrics every environment provides, in the order of the stacked sums.
+BASE_METRICS = (
+    "regret",
+    "cumulative_regret",
+    "realized_regret",
+    "cumulative_realized_regret",
+    "reward",
+    "cumulative_reward",
+    "latency",
+    "cumulative_latency",
+    "failed",
+    "cumulative_failed",
+    "num_selected",
+    "jain_index",
+)
+# Per-trial totals kept for every trial (values after the last round).
+TOTALS = (
+    "cumulative_regret",
+    "cumulative_realized_regret",
+    "cumulative_reward",
+    "cumulative_latency",
+    "cumulative_failed",
+    "jain_index",
+    "min_selection_fraction",
+)
+
+
+class _Totals(NamedTuple):
+    """Running per-trial totals (f32[] each, `counts` f32[N])."""
+
+    regret: chex.Array
+    realized_regret: chex.Array
+    reward: chex.Array
+    latency: chex.Array
+    failed: chex.Array
+    counts: chex.Array
+
+
+class _Keys(NamedTuple):
+    reset: chex.PRNGKey
+    env: chex.PRNGKey
+    init: chex.PRNGKey
+    policy: chex.PRNGKey
+
+
+def _keys(seed: int) -> _Keys:
+    return _Keys(*jax.random.split(jax.random.PRNGKey(seed), 4))
+
+
+def jain_index(counts: chex.Array) -> chex.Array:
+    """Jain's fairness index (sum c)^2 / (N sum c^2) of f32[..., N]; 1 when all are 0."""
+    n = counts.shape[-1]
+    sq = jnp.sum(counts * counts, axis=-1)
+    total = jnp.sum(counts, axis=-1)
+    return jnp.where(sq > 0, total * total / (n * jnp.maximum(sq, 1e-30)), 1.0)
+
+
+def tree_sum(x: chex.Array) -> chex.Array:
+    """Sums over the leading axis along a fixed dyadic tree of elementwise adds.
+
+    Zero-pads the axis to a power of two, then adds adjacent pairs until one row is
+    left. The result depends only on the values and their positions, not on how XLA
+    lowers a reduction, and a sum over an aligned power-of-two block is a subtree of
+    the sum over a larger block.
+    """
+    n = x.shape[0]
+    size = 1 << max(n - 1, 0).bit_length()
+    x = jnp.concatenate([x, jnp.zeros((size - n,) + x.shape[1:], x.dtype)])
+    while x.shape[0] > 1:
+        x = x[0::2] + x[1::2]
+    return x[0]
+
+
+def _metric_names(env: Env, keys: _Keys) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Names of the optional per-round metrics (loss, accuracy, extras) this env reports."""
+    state = jax.eval_shape(env.reset, keys.reset)
+    inp = jax.eval_shape(env.observe, state, 1, keys.env)
+    dec = jax.eval_shape(env.oracle, state, inp) if env.oracle is not None else None
+    if dec is None:
+        dec = Decision(jax.ShapeDtypeStruct((env.num_clients,), jnp.bool_))
+    _, _, stats = jax.eval_shape(env.step, state, inp, dec, keys.env)
+    optional = tuple(name for name in ("loss", "accuracy") if getattr(stats, name) is not None)
+    extras = tuple(sorted(stats.extras)) if stats.extras else ()
+    return optional, extras
+
+
+def _build_program(env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...]):
+    """Returns jitted (init_carry, run_rounds) for one policy."""
+    n = env.num_clients
+
+    def init_trial(keys, m):
+        env_state = env.reset(jax.random.fold_in(keys.reset, m))
+        policy_state = selector.init(jax.random.fold_in(keys.init, m))
+        zero = jnp.float32(0.0)
+        totals = _Totals(zero, zero, zero, zero, zero, jnp.zeros((n,), jnp.float32))
+        return env_state, policy_state, totals
+
+    def trial_round(keys, carry, t, m):
+        env_state, policy_state, tot = carry
+        obs_key, step_key = jax.random.split(jax.random.fold_in(jax.random.fold_in(keys.env, m), t))
+        policy_key = jax.random.fold_in(jax.random.fold_in(keys.policy, m), t)
+        inp = env.observe(env_state, t, obs_key)
+        if selector.privileged:
+            inp = inp._replace(oracle=env.oracle(env_state, inp))
+        decision, policy_state = selector.select(policy_state, inp, policy_key)
+        feedback, env_state, stats = env.step(env_state, inp, decision, step_key)
+        policy_state = selector.update(policy_state, decision, feedback)
+        regret = stats.oracle_reward - stats.expected_reward
+        realized = stats.oracle_reward - stats.reward
+        selected = decision.selected.astype(jnp.float32)
+        tot = _Totals(
+            regret=tot.regret + regret,
+            realized_regret=tot.realized_regret + realized,
+            reward=tot.reward + stats.reward,
+            latency=tot.latency + stats.latency,
+            failed=tot.failed + stats.num_failed,
+            counts=tot.counts + selected,
+        )
+        values = [
+            regret,
+            tot.regret,
+            realized,
+            tot.realized_regret,
+            stats.reward,
+            tot.reward,
+            stats.latency,
+            tot.latency,
+            stats.num_failed,
+            tot.failed,
+            jnp.sum(selected),
+            jain_index(tot.counts),
+        ]
+        values += [getattr(stats, name) for name in names]
+        values += [stats.extras[name] for name in extras]
+        return (env_state, policy_state, tot), jnp.stack(
+            [jnp.asarray(v, jnp.float32) for v in values]
+        )
+
+    @jax.jit
+    def init_carry(keys, trial_ids):
+        return jax.vmap(init_trial, in_axes=(None, 0))(keys, trial_ids)
+
+    @jax.jit
+    def run_rounds(carry, keys, trial_ids, valid, rounds):
+        def body(carry, t):
+            carry, values = jax.vmap(trial_round, in_axes=(None, 0, None, 0))(
+                keys, carry, t, trial_ids
+            )
+            values = jnp.where(valid[:, None], values, 0.0)
+            return carry, jnp.stack([tree_sum(values), tree_sum(values * values)], -1)
+
+        return lax.scan(body, carry, rounds)
+
+    @jax.jit
+    def finish(carry, valid, num_rounds):
+        tot = carry[2]
+        fractions = tot.counts / num_rounds
+        per_trial = jnp.stack(
+            [
+                tot.regret,
+                tot.realized_regret,
+                tot.reward,
+                tot.latency,
+                tot.failed,
+                jain_index(tot.counts),
+                jnp.min(fractions, axis=-1),
+            ],
+            -1,
+        )
+        return per_trial, tree_sum(jnp.where(valid[:, None], fractions, 0.0))
+
+    return init_carry, run_rounds, finish
+
+
+class _DyadicStack:
+    """Joins equal-size chunk sums along the dyadic tree of `tree_sum` (host side)."""
+
+    def __init__(self, levels=(), items=()):
+        self.levels = list(levels)
+        self.items = list(items)
+
+    def push(self, item):
+        self.levels.append(0)
+        self.items.append(item)
+        while len(self.levels) > 1 and self.levels[-1] == self.levels[-2]:
+            right, left = self.items.pop(), self.items.pop()
+            level = self.levels.pop()
+            self.levels[-1] = level + 1
+            self.items.append(jax.tree.map(np.add, left, right))
+
+    def total(self):
+        # Missing right subtrees are zeros, and x + 0 == x: join from the right.
+        acc = self.items[-1]
+        for item in reversed(self.items[:-1]):
+            acc = jax.tree.map(np.add, item, acc)
+        return acc
+
+
+@dataclasses.dataclass
+class _Progress:
+    """Where a policy's run stands, as saved in a checkpoint."""
+
+    chunk: int = 0
+    next_round: int = 1
+    curve: np.ndarray | None = None  # f32[T, metrics, 2], current trial chunk
+    per_trial: list = dataclasses.field(default_factory=list)
+    stack: _DyadicStack = dataclasses.field(default_factory=_DyadicStack)
+    carry_leaves: list | None = None
+
+
+def _atomic_save(path: str, arrays: Mapping[str, np.ndarray]) -> None:
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _save_progress(path: str, p: _Progress) -> None:
+    arrays = {
+        "chunk": np.int64(p.chunk),
+        "next_round": np.int64(p.next_round),
+        "curve": p.curve,
+        "levels": np.asarray(p.stack.levels, np.int64),
+        "num_per_trial": np.int64(len(p.per_trial)),
+        "num_carry": np.int64(len(p.carry_leaves or [])),
+    }
+    for i, (curve, fractions) in enumerate(p.stack.items):
+        arrays[f"stack_curve_{i}"] = curve
+        arrays[f"stack_fractions_{i}"] = fractions
+    for i, x in enumerate(p.per_trial):
+        arrays[f"per_trial_{i}"] = x
+    for i, x in enumerate(p.carry_leaves or []):
+        arrays[f"carry_{i}"] = x
+    _atomic_save(path, arrays)
+
+
+def _load_progress(path: str) -> _Progress:
+    with np.load(path) as f:
+        levels = [int(v) for v in f["levels"]]
+        items = [(f[f"stack_curve_{i}"], f[f"stack_fractions_{i}"]) for i in range(len(levels))]
+        return _Progress(
+            chunk=int(f["chunk"]),
+            next_round=int(f["next_round"]),
+            curve=f["curve"],
+            per_trial=[f[f"per_trial_{i}"] for i in range(int(f["num_per_trial"]))],
+            stack=_DyadicStack(levels, items),
+            carry_leaves=[f[f"carry_{i}"] for i in range(int(f["num_carry"]))] or None,
+        )
+
+
+def _check_checkpoint_config(checkpoint_dir: str, config: dict) -> None:
+    path = os.path.join(checkpoint_dir, "config.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved != config:
+            diff = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
+            raise ValueError(
+                f"checkpoint_dir {checkpoint_dir!r} holds a run of a different configuration "
+                f"(differs in {', '.join(diff)}); use a fresh directory or the same settings."
+            )
+    else:
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(config, f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+
+
+def _log_progress(policy: str, done: int, total: int) -> None:
+    logging.info("%s: %d/%d trial-rounds (%.0f%%)", policy, done, total, 100.0 * done / total)
+
+
+def simulate(
+    policies: Selector | Mapping[str, Selector],
+    env: Env,
+    num_rounds: int,
+    num_trials: int,
+    seed: int = 0,
+    trials_per_chunk: int | None = None,
+    rounds_per_chunk: int | None = None,
+    checkpoint_dir: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    progress: Callable[[str, int, int], None] | None = _log_progress,
+    devices: list | None = None,
+) -> Results:
+    """Runs `num_trials` independent trials of each policy for `num_rounds` rounds.
+
+    Args:
+      policies: a `Selector`, or a mapping from names to selectors, compared on the
+        same environment draws (common random numbers).
+      env: the environment.
+      num_rounds: T >= 1.
+      num_trials: M >= 1.
+      seed: the seed of every random stream (see the module docstring).
+      trials_per_chunk: trials run at once, a power of two (memory bound); None runs
+        all M at once. Results do not depend on it.
+      rounds_per_chunk: rounds per compiled call (progress, checkpoints); None runs all
+        T at once. Results do not depend on it.
+      checkpoint_dir: where progress is saved after every chunk and resumed from; a
+        directory written by a different configuration is refused.
+      config: JSON-serialisable description of the run (env and policy parameters),
+        kept in the results and compared on resume.
+      progress: called as `progress(policy, trial_rounds_done, trial_rounds_total)`
+        after every chunk; None for silence.
+      devices: devices to shard the trial axis over; None uses all of `jax.devices()`.
+
+    Returns:
+      `Results` with per-round curves (mean and std over trials) and per-trial totals.
+    """
+    if isinstance(policies, Selector):
+        policies = {"policy": policies}
+    if not isinstance(policies, Mapping) or not policies:
+        raise ValueError("policies must be a Selector or a non-empty mapping name -> Selector.")
+    for name, sel in policies.items():
+        if not isinstance(name, str) or not isinstance(sel, Selector):
+            raise ValueError(f"policies must map names (str) to Selectors; got {name!r}: {sel!r}.")
+        if sel.privileged and env.oracle is None:
+            raise ValueError(f"policy {name!r} needs env.oracle, which this environment lacks.")
+    if not isinstance(env, Env):
+        raise ValueError(f"env must be a fedjax_sel.Env, got {type(env).__name__}.")
+    num_rounds = validation.positive_int("num_rounds", num_rounds)
+    num_trials = validation.positive_int("num_trials", num_trials)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}.")
+    if trials_per_chunk is not None:
+        trials_per_chunk = validation.positive_int("trials_per_chunk", trials_per_chunk)
+        if trials_per_chunk & (trials_per_chunk - 1):
+            raise ValueError(
+                f"trials_per_chunk must be a power of two (it keeps results independent of "
+                f"chunking), got {trials_per_chunk}."
+            )
+    rounds_per_chunk = validation.int_in_range(
+        "rounds_per_chunk", rounds_per_chunk or num_rounds, 1, num_rounds
+    )
+    devices = list(devices or jax.devices())
+    config = dict(config or {})
+    try:
+        json.dumps(config)
+    except TypeError as e:
+        raise ValueError(f"config must be JSON-serialisable: {e}") from None
+
+    keys = _keys(int(seed))
+    optional, extras = _metric_names(env, keys)
+    names = BASE_METRICS + optional + tuple(f"extra/{e}" for e in extras)
+
+    run_config = {
+        "policies": list(policies),
+        "num_clients": env.num_clients,
+        "num_rounds": num_rounds,
+        "num_trials": num_trials,
+        "seed": int(seed),
+        "trials_per_chunk": trials_per_chunk,
+        "metrics": list(names),
+        "config": config,
+    }
+    if checkpoint_dir is not None:
+        _check_checkpoint_config(checkpoint_dir, run_config)
+
+    chunk = min(trials_per_chunk or num_trials, num_trials)
+    num_chunks = -(-num_trials // chunk)
+    sim_size = -(-chunk // len(devices)) * len(devices)
+    mesh = Mesh(np.asarray(devices), ("trials",))
+    sharded = NamedSharding(mesh, PartitionSpec("trials"))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    keys = jax.device_put(keys, replicated)
+
+    curves, totals, fractions = {}, {}, {}
+    for policy_name, selector in policies.items():
+        init_carry, run_rounds, finish = _build_program(env, selector, optional, extras)
+        path = checkpoint_dir and os.path.join(checkpoint_dir, f"policy_{policy_name}.npz")
+        state = _load_progress(path) if path and os.path.exists(path) else _Progress()
+        total_work = num_trials * num_rounds
+        while state.chunk < num_chunks:
+            start = state.chunk * chunk
+            ids = np.arange(start, start + sim_size)
+            trial_ids = jax.device_put(ids.astype(np.int32), sharded)
+            valid = jax.device_put(ids < min(start + chunk, num_trials), sharded)
+            if state.carry_leaves is not None:
+                treedef = jax.tree.structure(jax.eval_shape(init_carry, keys, trial_ids))
+                carry = jax.device_put(jax.tree.unflatten(treedef, state.carry_leaves), sharded)
+            else:
+                carry = init_carry(keys, trial_ids)
+                state.curve = np.zeros((num_rounds, len(names), 2), np.float32)
+            while state.next_round <= num_rounds:
+                t0 = state.next_round
+                length = min(rounds_per_chunk, num_rounds - t0 + 1)
+                rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
+                carry, sums = run_rounds(carry, keys, trial_ids, valid, rounds)
+                state.curve[t0 - 1 : t0 - 1 + length] = np.asarray(sums)
+                state.next_round = t0 + length
+                if progress is not None:
+                    in_chunk = min(chunk, num_trials - start)
+                    done = start * num_rounds + in_chunk * (state.next_round - 1)
+                    progress(policy_name, done, total_work)
+                if path and state.next_round <= num_rounds:
+                    state.carry_leaves = [np.asarray(x) for x in jax.tree.leaves(carry)]
+                    _save_progress(path, state)
+            per_trial, chunk_fractions = finish(carry, valid, jnp.float32(num_rounds))
+            state.per_trial.append(np.asarray(per_trial)[np.asarray(valid)])
+            state.stack.push((state.curve, np.asarray(chunk_fractions)))
+            state.chunk += 1
+            state.next_round = 1
+            state.carry_leaves = None
+            if path:
+                _save_progress(path, state)
+        curve_sums, fraction_sums = state.stack.total()
+        mean = curve_sums[..., 0].astype(np.float64) / num_trials
+        second = curve_sums[..., 1].astype(np.float64) / num_trials
+        std = np.sqrt(np.maximum(second - mean * mean, 0.0))
+        curves[policy_name] = {
+            name: {"mean": mean[:, i], "std": std[:, i]} for i, name in enumerate(names)
+        }
+        per_trial = np.concatenate(state.per_trial)
+        totals[policy_name] = {name: per_trial[:, i] for i, name in enumerate(TOTALS)}
+        fractions[policy_name] = fraction_sums.astype(np.float64) / num_trials
+
+    return Results(
+        config=run_config,
+        curves=curves,
+        totals=totals,
+        selection_fraction=fractions,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )

@@ -1,0 +1,140 @@
+"""The two protocols of the simulator, `Selector` and `Env`, and the arrays between them.
+
+Modelled on optax's `GradientTransformation` and gymnax's `Environment`: pure
+functions, states as pytrees, every array of a fixed shape. Shapes below are for a
+single Monte Carlo trial; the runner adds a leading trial axis with `jax.vmap`.
+
+`N` is the number of clients, `M` the number of edge servers (hierarchical settings),
+`d` a context dimension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+
+PRNGKey = chex.PRNGKey
+PolicyState = Any
+EnvState = Any
+
+
+class RoundInput(NamedTuple):
+    """What the server knows before it chooses the cohort of round `t`.
+
+    Attributes:
+      t: int32[], the round, 1-based.
+      available: bool[N], clients that can be scheduled this round.
+      context: f32[N, d] or None, per-client context (features of the round).
+      connectivity: f32[N, M] or None, client to edge-server connectivity.
+      pair_context: f32[N, M, d] or None, per client-server pair contexts.
+      oracle: the environment's best `Decision` given expectations, filled by the runner
+        for privileged selectors only (`bandits.oracle`); None otherwise.
+      info: environment-specific extras a policy may read (a pytree), or None.
+    """
+
+    t: chex.Array
+    available: chex.Array
+    context: chex.Array | None = None
+    connectivity: chex.Array | None = None
+    pair_context: chex.Array | None = None
+    oracle: Decision | None = None
+    info: Any = None
+
+
+class Decision(NamedTuple):
+    """The cohort chosen for a round.
+
+    Attributes:
+      selected: bool[N], the scheduled clients. Cohort sizes are static; a policy that
+        can schedule fewer (availability) leaves slots empty, never changes shapes.
+      assignment: int32[N] or None, edge server of each client in hierarchical
+        settings, -1 for none.
+    """
+
+    selected: chex.Array
+    assignment: chex.Array | None = None
+
+
+class Feedback(NamedTuple):
+    """What the server observes after the round.
+
+    Values of clients outside `observed` are undefined and must be ignored.
+
+    Attributes:
+      observed: bool[N], clients whose outcome is observed (normally the selected).
+      reward: f32[N], higher is better; each environment documents what it is.
+      latency: f32[N], seconds.
+      success: bool[N], whether the client finished within the round's deadline.
+      context: f32[N, d] or None, contexts revealed after the round.
+      info: environment-specific extras (test opinions of all clients, ...), or None.
+    """
+
+    observed: chex.Array
+    reward: chex.Array
+    latency: chex.Array
+    success: chex.Array
+    context: chex.Array | None = None
+    info: Any = None
+
+
+class RoundStats(NamedTuple):
+    """What the metrics need and the policy must not see, for one round of one trial.
+
+    Attributes:
+      expected_reward: f32[], expected value of the decision given the round's input.
+      oracle_reward: f32[], expected value of the oracle's decision; the difference is
+        the round's pseudo-regret.
+      reward: f32[], realized value of the decision.
+      latency: f32[], round latency in seconds (the slowest selected client).
+      num_failed: f32[], selected clients that failed (missed the deadline).
+      loss: f32[] or None, global-model loss in training-backed environments.
+      accuracy: f32[] or None, global-model accuracy in training-backed environments.
+      extras: dict of f32[] scalars, further environment metrics, reduced like the rest.
+    """
+
+    expected_reward: chex.Array
+    oracle_reward: chex.Array
+    reward: chex.Array
+    latency: chex.Array
+    num_failed: chex.Array
+    loss: chex.Array | None = None
+    accuracy: chex.Array | None = None
+    extras: dict[str, chex.Array] | None = None
+
+
+class Selector(NamedTuple):
+    """A client-selection policy as three pure functions.
+
+    Attributes:
+      init: `key -> state`.
+      select: `(state, round_input, key) -> (decision, state)`.
+      update: `(state, decision, feedback) -> state`.
+      privileged: True for selectors that read `RoundInput.oracle` (oracles); the
+        runner fills that field for them alone.
+    """
+
+    init: Callable[[PRNGKey], PolicyState]
+    select: Callable[[PolicyState, RoundInput, PRNGKey], tuple[Decision, PolicyState]]
+    update: Callable[[PolicyState, Decision, Feedback], PolicyState]
+    privileged: bool = False
+
+
+class Env(NamedTuple):
+    """A gymnax-style environment of clients: pure functions over an explicit state.
+
+    Attributes:
+      reset: `key -> env_state`, draws one trial's instance (means, geometry, ...).
+      observe: `(env_state, t, key) -> RoundInput`, what the server sees first.
+      step: `(env_state, round_input, decision, key) -> (feedback, env_state, stats)`.
+      oracle: `(env_state, round_input) -> Decision`, the best decision given
+        expectations, or None where the environment has no tractable oracle.
+      num_clients: N, static.
+    """
+
+    reset: Callable[[PRNGKey], EnvState]
+    observe: Callable[[EnvState, Any, PRNGKey], RoundInput]
+    step: Callable[[EnvState, RoundInput, Decision, PRNGKey], tuple[Feedback, EnvState, RoundStats]]
+    oracle: Callable[[EnvState, RoundInput], Decision] | None
+    num_clients: int

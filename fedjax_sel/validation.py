@@ -1,0 +1,80 @@
+"""Argument checks run in Python, before anything is traced.
+
+Every factory and the runner call these so that bad input fails at once with one clear
+message naming the argument and the allowed range.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def positive_int(name: str, value) -> int:
+    """Returns `value` as an int, or raises if it is not an integer >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+    return int(value)
+
+
+def int_in_range(name: str, value, low: int, high: int) -> int:
+    """Returns `value` as an int, or raises if it is not an integer in [low, high]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not (low <= value <= high)
+    ):
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}.")
+    return int(value)
+
+
+def num_selected(value, num_clients: int, name: str = "num_selected") -> int:
+    """Checks a cohort size against the number of clients: 1 <= k <= N."""
+    return int_in_range(name, value, 1, num_clients)
+
+
+def float_in_range(name: str, value, low: float, high: float, *, low_open: bool = False) -> float:
+    """Returns `value` as a float, or raises if it lies outside [low, high] (or (low, high])."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}.") from None
+    bad = (v <= low if low_open else v < low) or v > high or np.isnan(v)
+    if bad:
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{name} must lie in {bracket}{low}, {high}], got {value!r}.")
+    return v
+
+
+def positive_float(name: str, value) -> float:
+    """Returns `value` as a float, or raises if it is not > 0 and finite."""
+    return float_in_range(name, value, 0.0, float("inf"), low_open=True)
+
+
+def probability(name: str, value) -> float:
+    """A single probability in [0, 1]."""
+    return float_in_range(name, value, 0.0, 1.0)
+
+
+def array_in_range(
+    name: str, value, shape: tuple[int, ...], low: float = -np.inf, high: float = np.inf
+) -> np.ndarray:
+    """Returns `value` as a float32 array of `shape` with entries in [low, high]."""
+    arr = np.asarray(value, dtype=np.float32)
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {arr.shape}.")
+    if np.any(np.isnan(arr)) or np.any(arr < low) or np.any(arr > high):
+        raise ValueError(
+            f"{name} must have every entry in [{low}, {high}], got min {arr.min()}, "
+            f"max {arr.max()}."
+        )
+    return arr
+
+
+def probabilities(name: str, value, num_clients: int) -> np.ndarray:
+    """A scalar probability broadcast to f32[N], or an f32[N] of probabilities."""
+    arr = np.asarray(value, dtype=np.float32)
+    if arr.ndim == 0:
+        arr = np.full((num_clients,), arr, np.float32)
+    return array_in_range(name, arr, (num_clients,), 0.0, 1.0)

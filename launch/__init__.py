@@ -1,0 +1,1 @@
+"""absl-flag entry points: sweep, reproduce, bench."""
