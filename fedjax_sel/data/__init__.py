@@ -1,0 +1,5 @@
+"""Federated datasets: padded client arrays, partitioners, and sources."""
+
+from fedjax_sel.data.federated import FederatedData
+
+__all__ = ["FederatedData"]
