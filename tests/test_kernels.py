@@ -1,0 +1,109 @@
+"""Selection kernels: exact against brute force, uniform tie-breaking, Gumbel sampling."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bandits import kernels
+
+
+def _brute_force_ok(scores, mask, k, selected):
+    """A selection is a correct top-k iff it has min(k, |mask|) eligible clients and no
+    unselected eligible client scores strictly above a selected one."""
+    eligible = np.flatnonzero(mask)
+    if selected.sum() != min(k, eligible.size) or np.any(selected & ~mask):
+        return False
+    if selected.sum() == 0:
+        return True
+    worst_in = scores[selected].min()
+    rest = scores[mask & ~selected]
+    return rest.size == 0 or rest.max() <= worst_in
+
+
+def test_masked_top_k_matches_brute_force_on_random_instances():
+    rng = np.random.default_rng(0)
+    n = 9
+    batch = 2000
+    # Few distinct values so that ties are frequent; some all-unavailable rows.
+    scores = rng.integers(0, 4, size=(batch, n)).astype(np.float32)
+    scores[rng.random((batch, n)) < 0.1] = -np.inf
+    mask = rng.random((batch, n)) < 0.7
+    keys = jax.random.split(jax.random.PRNGKey(1), batch)
+    for k in (1, 3, 9):
+        sel = jax.jit(jax.vmap(lambda s, m, key, k=k: kernels.masked_top_k(s, m, k, key)))(
+            scores, mask, keys
+        )
+        sel = np.asarray(sel)
+        assert all(_brute_force_ok(scores[i], mask[i], k, sel[i]) for i in range(batch))
+
+
+def test_masked_top_k_breaks_ties_uniformly():
+    # Client 0 is strictly best; clients 1..4 tie for the 2 remaining slots of k=3:
+    # each pair of them must come up with probability 1/6.
+    scores = jnp.array([5.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    mask = jnp.ones(6, bool)
+    draws = 12000
+    keys = jax.random.split(jax.random.PRNGKey(0), draws)
+    sel = np.asarray(jax.vmap(lambda key: kernels.masked_top_k(scores, mask, 3, key))(keys))
+    assert sel[:, 0].all() and not sel[:, 5].any()
+    pairs = list(itertools.combinations(range(1, 5), 2))
+    freq = np.array([np.mean(sel[:, a] & sel[:, b]) for a, b in pairs])
+    p = 1 / 6
+    tol = 4.5 * np.sqrt(p * (1 - p) / draws)  # 4.5 sigma, six comparisons
+    np.testing.assert_allclose(freq, p, atol=tol)
+
+
+def test_uniform_subset_size_and_frequency():
+    mask = jnp.array([True, False, True, True, True, False, True, True])
+    draws = 8000
+    keys = jax.random.split(jax.random.PRNGKey(3), draws)
+    sel = np.asarray(jax.vmap(lambda key: kernels.uniform_subset(mask, 2, key))(keys))
+    np.testing.assert_array_equal(sel.sum(1), 2)
+    assert not sel[:, ~np.asarray(mask)].any()
+    p = 2 / 6
+    tol = 4.0 * np.sqrt(p * (1 - p) / draws)
+    np.testing.assert_allclose(sel[:, np.asarray(mask)].mean(0), p, atol=tol)
+
+
+def test_uniform_subset_fewer_eligible_than_k_takes_all():
+    mask = jnp.array([False, True, False, True])
+    sel = kernels.uniform_subset(mask, 3, jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(sel, mask)
+
+
+def test_gumbel_top_k_samples_softmax_for_k1():
+    logits = jnp.log(jnp.array([0.5, 0.3, 0.15, 0.05]))
+    mask = jnp.ones(4, bool)
+    draws = 20000
+    keys = jax.random.split(jax.random.PRNGKey(7), draws)
+    sel = np.asarray(jax.vmap(lambda key: kernels.gumbel_top_k(logits, mask, 1, key))(keys))
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    tol = 4.0 * np.sqrt(p * (1 - p) / draws)
+    freq = sel.mean(0)
+    assert np.all(np.abs(freq - p) < tol), (freq, p, tol)
+
+
+def test_gumbel_top_k_without_replacement_second_draw():
+    # P(second item | first) follows the renormalised weights (Plackett-Luce):
+    # P({0,1}) = w0 w1/(1-w0) + w1 w0/(1-w1).
+    w = np.array([0.5, 0.3, 0.2])
+    draws = 20000
+    keys = jax.random.split(jax.random.PRNGKey(11), draws)
+    sel = np.asarray(
+        jax.vmap(lambda key: kernels.gumbel_top_k(jnp.log(w), jnp.ones(3, bool), 2, key))(keys)
+    )
+    p01 = w[0] * w[1] / (1 - w[0]) + w[1] * w[0] / (1 - w[1])
+    tol = 4.0 * np.sqrt(p01 * (1 - p01) / draws)
+    assert abs(np.mean(sel[:, 0] & sel[:, 1]) - p01) < tol
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_top_k_mask_is_deterministic_lowest_index_on_ties(k):
+    scores = jnp.array([1.0, 3.0, 3.0, 2.0, 3.0])
+    mask = jnp.array([True, True, True, True, False])
+    sel = np.asarray(kernels.top_k_mask(scores, mask, k))
+    expected = {1: [1], 2: [1, 2], 4: [0, 1, 2, 3]}[k]
+    np.testing.assert_array_equal(np.flatnonzero(sel), expected)
