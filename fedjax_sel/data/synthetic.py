@@ -177,18 +177,34 @@ def gaussian_mixture(
         not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in image_shape
     ):
         raise ValueError(f"image_shape must be (height, width, channels) >= 1, got {image_shape}.")
-    k_mu, k_train, k_test = jax.random.split(jax.random.PRNGKey(seed), 3)
+    x, y, x_test, y_test = _mixture_examples(
+        jax.random.PRNGKey(seed),
+        noise,
+        num_train,
+        num_test,
+        num_classes,
+        tuple(image_shape),
+        template_size,
+    )
+    x, y = np.asarray(x, np.float32), np.asarray(y, np.int32)
+    x_test, y_test = np.asarray(x_test, np.float32), np.asarray(y_test, np.int32)
+    return CentralData(x, y, x_test, y_test, num_classes)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6))
+def _mixture_examples(key, noise, num_train, num_test, num_classes, image_shape, template_size):
+    """Draws the templates, then balanced train and test examples of each class."""
+    k_mu, k_eps, k_train, k_test = jax.random.split(key, 4)
     h, w, ch = image_shape
     small = jax.random.normal(k_mu, (num_classes, template_size, template_size, ch))
     mu = jax.image.resize(small, (num_classes, h, w, ch), "bilinear")
     mu = mu / jnp.sqrt(jnp.mean(mu**2, axis=(1, 2, 3), keepdims=True))
-
-    def sample(key, n):
-        k_perm, k_eps = jax.random.split(key)
-        y = jax.random.permutation(k_perm, jnp.arange(n) % num_classes)
-        x = mu[y] + noise * jax.random.normal(k_eps, (n, h, w, ch))
-        return np.asarray(x, np.float32), np.asarray(y, np.int32)
-
-    x, y = sample(k_train, num_train)
-    x_test, y_test = sample(k_test, num_test)
-    return CentralData(x, y, x_test, y_test, num_classes)
+    # Labels cycle through the classes (balanced), then are shuffled.
+    y = jnp.concatenate(
+        [
+            jax.random.permutation(k_train, jnp.arange(num_train) % num_classes),
+            jax.random.permutation(k_test, jnp.arange(num_test) % num_classes),
+        ]
+    ).astype(jnp.int32)
+    x = mu[y] + noise * jax.random.normal(k_eps, (num_train + num_test, h, w, ch))
+    return x[:num_train], y[:num_train], x[num_train:], y[num_train:]
