@@ -128,7 +128,12 @@ def test_digits_offline():
 
 @pytest.mark.parametrize(
     "name, shape, num_classes",
-    [("mnist", (28, 28, 1), 10), ("cifar10", (32, 32, 3), 10), ("emnist", (28, 28, 1), 62)],
+    [
+        ("mnist", (28, 28, 1), 10),
+        ("fashion_mnist", (28, 28, 1), 10),
+        ("cifar10", (32, 32, 3), 10),
+        ("emnist", (28, 28, 1), 62),
+    ],
 )
 def test_tfds_path_under_mock_data(tmp_path, name, shape, num_classes):
     with tfds.testing.mock_data(num_examples=24):
