@@ -63,8 +63,8 @@ def load_tfds(name: str, *, data_dir: str | None = None, config: str | None = No
             f"tfds dataset {tfds_name!r} is not prepared in array_record format in {where}. "
             f"Prepare it once, on a machine with network access, with:\n"
             f"    {_prepare_command(tfds_name, data_dir)}\n"
-            "(building needs `pip install tensorflow` for its image encoder; reading it "
-            "afterwards does not)."
+            "(tfds encodes images with TensorFlow while building, so the build may need "
+            "`pip install tensorflow`; reading the prepared files here does not)."
         ) from err
     num_classes = int(train.dataset_info.features["label"].num_classes)
 

@@ -26,9 +26,9 @@ def synthetic_leaf(
     num_classes: int = 10,
     heldout_fraction: float = 0.1,
 ) -> FederatedData:
-    r"""Synthetic(alpha, beta) of Li et al., "Federated Optimization in Heterogeneous
-    Networks" (FedProx, MLSys 2020, Sec. 5.1), as generated for LEAF.
+    r"""Synthetic(alpha, beta), the FedProx/LEAF benchmark, split by the clients that made it.
 
+    Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020, Sec. 5.1).
     Client k draws `u_k ~ N(0, alpha)`, `B_k ~ N(0, beta)`, then
     `W_k ~ N(u_k, 1)^{d x C}`, `b_k ~ N(u_k, 1)^C`, `v_k ~ N(B_k, 1)^d`, and examples
     `x ~ N(v_k, Sigma)` with `Sigma = diag(j^{-1.2})`, labelled
@@ -55,7 +55,7 @@ def synthetic_leaf(
       heldout_fraction: fraction of each client's examples held out, in (0, 1).
 
     Returns:
-      The `FederatedData`, features f32[60].
+      The `FederatedData`, features f32[dimension].
     """
     num_clients = validation.positive_int("num_clients", num_clients)
     alpha = validation.float_in_range("alpha", alpha, 0.0, float("inf"))
