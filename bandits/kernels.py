@@ -153,8 +153,9 @@ def prefix_max_cost_top_k(
     its cohort's objective and equals it at the cohort's costliest member: the two minima
     coincide. Fixed shapes, O(N^2) time and memory, no data-dependent loop.
 
-    Ties in value are broken by uniform random keys; among cohorts of equal objective
-    the one of the cheapest prefix wins.
+    Ties in cost and in value are broken by uniform random keys; among cohorts of equal
+    objective the one of the cheapest prefix wins. Equal costs and values throughout
+    (round 1 of RBCS-F) thus give a uniformly random cohort.
 
     Args:
       cost: f32[N], finite costs of the eligible clients (others are ignored).
@@ -162,19 +163,22 @@ def prefix_max_cost_top_k(
       mask: bool[N], eligible (available) clients.
       k: static cohort size, 1 <= k <= N.
       weight: f32[], the weight w >= 0 of the maximum cost.
-      key: PRNG key for the tie-break among equal values.
+      key: PRNG key for the tie-breaks.
 
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
     n = cost.shape[0]
     size = jnp.minimum(k, jnp.sum(mask))
-    order = jnp.argsort(jnp.where(mask, cost, jnp.inf), stable=True)
+    # Equal costs are ordered at random too: the cheapest prefix wins ties of the
+    # objective, which would otherwise favour low client indices.
+    tie_all = jax.random.uniform(key, (n,))
+    order = jnp.lexsort((tie_all, jnp.where(mask, cost, jnp.inf)))
     eligible = mask[order]
     # Unavailable clients sort last; a zero cost keeps w * cost finite when w = 0.
     sorted_cost = jnp.where(eligible, cost[order], 0.0)
     sorted_value = jnp.where(eligible, value[order], 0.0)
-    tie = jax.random.uniform(key, (n,))[order]
+    tie = tie_all[order]
     # rank[i]: position of sorted client i in descending (value, tie) order.
     by_value = jnp.lexsort((-tie, -sorted_value))
     rank = jnp.zeros((n,), jnp.int32).at[by_value].set(jnp.arange(n, dtype=jnp.int32))
