@@ -142,21 +142,20 @@ def exchange_time(
         theta = jnp.asarray(
             validation.array_in_range("coefficients", coefficients, (n, CONTEXT_DIM), 0.0)
         )
-    cold_when_selected = cold_start == "participated"
+    flag_follows_selection = cold_start == "participated"
 
     def reset(key):
         del key
-        zeros = jnp.zeros((n,), jnp.float32)
-        # Round 1 behaves as if nobody trained before it: all clients start cold.
-        previous = jnp.full((n,), cold_when_selected)
-        return ExchangeTimeState(theta, avail, previous, zeros)
+        # Nobody trained before round 1: all cold (s = 1), or s = 0 when s = x_{t-1}.
+        previous = jnp.zeros((n,), bool)
+        return ExchangeTimeState(theta, avail, previous, jnp.zeros((n,), jnp.float32))
 
     def observe(state, t, key):
         k_mu, k_b, k_avail = jax.random.split(key, 3)
         mu = jax.random.uniform(k_mu, (n,), minval=mu_low, maxval=mu_high)
         bandwidth = jax.random.uniform(k_b, (n,), minval=b_low, maxval=b_high)
-        cold = state.previous == cold_when_selected
-        context = jnp.stack([1.0 / mu, cold.astype(jnp.float32), size / bandwidth], axis=1)
+        flag = state.previous == flag_follows_selection
+        context = jnp.stack([1.0 / mu, flag.astype(jnp.float32), size / bandwidth], axis=1)
         available = jax.random.uniform(k_avail, (n,)) < state.availability
         return RoundInput(t=jnp.asarray(t, jnp.int32), available=available, context=context)
 
