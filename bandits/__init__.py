@@ -7,7 +7,7 @@
 from bandits import kernels
 from bandits.baselines import fixed, oracle, random, round_robin
 from bandits.epsilon_greedy import epsilon_greedy
-from bandits.rbcs_f import RBCSFState, fedcs, rbcs_f
+from bandits.rbcs_f import RBCSFState, fedcs, lower_confidence_bound, rbcs_f, theory_exploration
 from bandits.thompson import thompson
 from bandits.ucb import ucb
 
@@ -38,11 +38,13 @@ __all__ = [
     "fedcs",
     "fixed",
     "kernels",
+    "lower_confidence_bound",
     "make",
     "oracle",
     "random",
     "rbcs_f",
     "round_robin",
+    "theory_exploration",
     "thompson",
     "ucb",
 ]

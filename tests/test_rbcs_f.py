@@ -223,6 +223,27 @@ def test_ridge_estimate_equals_direct_solve():
         direct = np.linalg.solve(d_n.T @ d_n + lam * np.eye(3), d_n.T @ y_n)  # eq. (17)
         err = np.abs(theta_hat[n] - direct)
         assert np.all(err <= 2e-3 * (1.0 + np.abs(direct))), (n, theta_hat[n], direct)
+    # Eq. (19) by hand, on contexts of the last round, with and without the clip.
+    gram_inv = [
+        np.linalg.inv(c[x[:, n], n].astype(np.float64).T @ c[x[:, n], n] + lam * np.eye(3))
+        for n in range(N)
+    ]
+    last = c[-1].astype(np.float64)
+    for clip in (True, False):
+        ours = np.asarray(bandits.lower_confidence_bound(state, jnp.asarray(c[-1]), 30.0, clip))
+        width = np.sqrt([last[n] @ gram_inv[n] @ last[n] for n in range(N)])
+        hand = np.einsum("nd,nd->n", last, theta_hat.astype(np.float64)) - 30.0 * width
+        hand = np.maximum(hand, 0.0) if clip else hand
+        np.testing.assert_allclose(ours, hand, rtol=0, atol=2e-3 * (1.0 + np.abs(hand)).max())
+    assert not np.all(hand >= 0.0)  # the clip mattered
+
+
+def test_theory_exploration_matches_lemma_1():
+    # log2, delta = 0.05, R = K = 19, S = sqrt(18), L = sqrt(105): alpha_1 ~ 95 (spec).
+    alpha = bandits.theory_exploration(1, 3, 1.0, 0.05, 19.0, np.sqrt(18.0), np.sqrt(105.0))
+    hand = 19.0 * np.sqrt(3.0 * np.log(106.0 / 0.05)) + np.sqrt(18.0)
+    np.testing.assert_allclose(alpha, hand, rtol=1e-6)
+    assert 95.0 < hand < 96.0
 
 
 def test_ridge_estimates_converge_to_true_coefficients():
