@@ -146,6 +146,17 @@ def fig2_queues(options: Options) -> dict:
     numbers["holds"] = numbers["holds_flatten"] and numbers["holds_higher_v_higher_queue"]
     # Eqs. (56)-(57) claim sum_n E[Z_T^2] <= 2 T Gamma with Gamma = N (1 + beta^2) / 2; the
     # proof drops the V terms, so the claim is reported, not required (see the docs).
+    # Beyond the figure: mean round time per quarter of the horizon, and the learning gap
+    # of RBCS-F(20) to the oracle pi'(20) that knows the coefficients (Theorem 3's regret
+    # term should shrink with T).
+    quarters = np.array_split(np.arange(t), 4)
+    per_quarter = lambda name: [float(res.curve(name, "latency")[0][q].mean()) for q in quarters]
+    numbers["round_time_by_quarter_s"] = {
+        name: per_quarter(name) for name in [*(_rbcs(v) for v in PENALTY_WEIGHTS), "oracle pi'(20)"]
+    }
+    numbers["learning_gap_by_quarter_s"] = [
+        a - b for a, b in zip(per_quarter(_rbcs(20)), per_quarter("oracle pi'(20)"), strict=True)
+    ]
     gamma = NUM_CLIENTS * (1.0 + FAIRNESS_RATE**2) / 2.0
     numbers["eq57_bound_2_t_gamma"] = 2.0 * t * gamma
     numbers["eq57_holds"] = {
