@@ -1,7 +1,8 @@
 """Fixed-shape selection kernels shared by every policy.
 
 All kernels act on one trial's arrays (`f32[N]`); `jax.vmap` adds trial or
-edge-server axes. None of them sorts: each is one or two `lax.top_k` calls.
+edge-server axes. The top-k kernels do not sort: each is one or two `lax.top_k`
+calls; the prefix solver of max-cost objectives sorts once.
 """
 
 from __future__ import annotations
