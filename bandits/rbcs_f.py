@@ -46,48 +46,6 @@ class RBCSFState(NamedTuple):
     context: chex.Array
 
 
-def lower_confidence_bound(
-    state: RBCSFState, context: chex.Array, exploration: chex.Array, clip_at_zero: bool = True
-) -> chex.Array:
-    r"""f32[N], the optimistic exchange times :math:`\bar\tau_{t,n}` (eqs. 18-19).
-
-    .. math:: \bar\tau_{t,n} = \max\{c_{t,n}^\top H_{t-1,n}^{-1} b_{t-1,n}
-              - \alpha_t \sqrt{c_{t,n}^\top H_{t-1,n}^{-1} c_{t,n}},\ 0\}
-
-    Args:
-      state: the ridge statistics :math:`H^{-1}` and b.
-      context: f32[N, d], the round's contexts :math:`c_{t,n}`.
-      exploration: f32[], :math:`\alpha_t`.
-      clip_at_zero: apply eq. (19)'s clip (Alg. 2 line 9 omits it).
-    """
-    theta_hat = jnp.einsum("nij,nj->ni", state.inverse, state.moment)
-    width_sq = jnp.einsum("ni,nij,nj->n", context, state.inverse, context)
-    # Rounding can make the quadratic form of a positive-definite matrix slightly negative.
-    width = jnp.sqrt(jnp.maximum(width_sq, 0.0))
-    bound = jnp.sum(context * theta_hat, axis=1) - exploration * width
-    return jnp.maximum(bound, 0.0) if clip_at_zero else bound
-
-
-def theory_exploration(
-    t: chex.Array,
-    context_dim: int,
-    ridge: float,
-    confidence: float,
-    noise_scale: float,
-    coefficient_bound: float,
-    context_bound: float,
-) -> chex.Array:
-    r"""f32[], Lemma 1's exploration factor (eq. 20) at round t:
-
-    .. math:: \alpha_t = R\sqrt{d \log\frac{1 + tL^2/\lambda}{\delta}} + \sqrt\lambda S.
-
-    With the bound it gives, :math:`\bar\tau_{t,n} \leq \tau^*_{t,n}` for all t and n with
-    probability at least :math:`1 - \delta` (Abbasi-Yadkori et al., 2011, Thm. 2).
-    """
-    growth = jnp.log((1.0 + jnp.asarray(t, jnp.float32) * context_bound**2 / ridge) / confidence)
-    return noise_scale * jnp.sqrt(context_dim * growth) + np.sqrt(ridge) * coefficient_bound
-
-
 def rbcs_f(
     num_clients: int,
     num_selected: int,
@@ -278,6 +236,48 @@ def fedcs(
         return state
 
     return Selector(init=init, select=select, update=update)
+
+
+def lower_confidence_bound(
+    state: RBCSFState, context: chex.Array, exploration: chex.Array, clip_at_zero: bool = True
+) -> chex.Array:
+    r"""f32[N], the optimistic exchange times :math:`\bar\tau_{t,n}` (eqs. 18-19).
+
+    .. math:: \bar\tau_{t,n} = \max\{c_{t,n}^\top H_{t-1,n}^{-1} b_{t-1,n}
+              - \alpha_t \sqrt{c_{t,n}^\top H_{t-1,n}^{-1} c_{t,n}},\ 0\}
+
+    Args:
+      state: the ridge statistics :math:`H^{-1}` and b.
+      context: f32[N, d], the round's contexts :math:`c_{t,n}`.
+      exploration: f32[], :math:`\alpha_t`.
+      clip_at_zero: apply eq. (19)'s clip (Alg. 2 line 9 omits it).
+    """
+    theta_hat = jnp.einsum("nij,nj->ni", state.inverse, state.moment)
+    width_sq = jnp.einsum("ni,nij,nj->n", context, state.inverse, context)
+    # Rounding can make the quadratic form of a positive-definite matrix slightly negative.
+    width = jnp.sqrt(jnp.maximum(width_sq, 0.0))
+    bound = jnp.sum(context * theta_hat, axis=1) - exploration * width
+    return jnp.maximum(bound, 0.0) if clip_at_zero else bound
+
+
+def theory_exploration(
+    t: chex.Array,
+    context_dim: int,
+    ridge: float,
+    confidence: float,
+    noise_scale: float,
+    coefficient_bound: float,
+    context_bound: float,
+) -> chex.Array:
+    r"""f32[], Lemma 1's exploration factor (eq. 20) at round t:
+
+    .. math:: \alpha_t = R\sqrt{d \log\frac{1 + tL^2/\lambda}{\delta}} + \sqrt\lambda S.
+
+    With the bound it gives, :math:`\bar\tau_{t,n} \leq \tau^*_{t,n}` for all t and n with
+    probability at least :math:`1 - \delta` (Abbasi-Yadkori et al., 2011, Thm. 2).
+    """
+    growth = jnp.log((1.0 + jnp.asarray(t, jnp.float32) * context_bound**2 / ridge) / confidence)
+    return noise_scale * jnp.sqrt(context_dim * growth) + np.sqrt(ridge) * coefficient_bound
 
 
 def _checked_context(context, num_clients: int, dim: int) -> chex.Array:
