@@ -80,10 +80,10 @@ def rbcs_f(
     :math:`Z_{t+1,n} = \max(Z_{t,n} + \beta - x_{t,n}, 0)`, from :math:`Z_{1,n} = 0`.
 
     Variants: `fairness=False` solves P4 with every queue read as 0 (RBCS without
-    fairness: the min(m, available) clients of smallest bound; the queues are still kept); `known_coefficients` replaces the
-    bound by the true expected time :math:`c^\top\theta^*_n` (the Lyapunov oracle
-    :math:`\pi'(V)` of eq. 39 with expected times; with `fairness=False`, the m fastest
-    clients in expectation).
+    fairness: the min(m, available) clients of smallest bound; the queues are still
+    kept); `known_coefficients` replaces the bound by the true expected time
+    :math:`c^\top\theta^*_n` (the Lyapunov oracle :math:`\pi'(V)` of eq. 39 with
+    expected times; with `fairness=False`, the m fastest clients in expectation).
 
     Args:
       num_clients: N >= 1.

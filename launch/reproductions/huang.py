@@ -118,11 +118,11 @@ def fig2_queues(options: Options) -> dict:
         mean = res.curve(_rbcs(v), "extra/mean_queue")[0]
         quarter = max(t // 4, 1)
         growth[v] = {
-            "first_quarter": float(mean[quarter - 1]),
-            "last_quarter": float(mean[-1] - mean[-quarter - 1]) if t > quarter else float("nan"),
+            "growth_first_quarter": float(mean[quarter - 1]),
+            "growth_last_quarter": float(mean[-1] - mean[-quarter - 1]) if t > 1 else 0.0,
             "final_mean_queue": float(mean[-1]),
             "final_max_queue": float(res.curve(_rbcs(v), "extra/max_queue")[0][-1]),
-            "final_queue_over_t": float(res.curve(_rbcs(v), "extra/max_queue")[0][-1] / t),
+            "final_max_queue_over_t": float(res.curve(_rbcs(v), "extra/max_queue")[0][-1] / t),
             "final_queue_square_sum": float(res.curve(_rbcs(v), "extra/queue_square_sum")[0][-1]),
         }
     for ax, name in zip(axes, ("mean over clients of Z", "max over clients of Z"), strict=True):
@@ -136,7 +136,7 @@ def fig2_queues(options: Options) -> dict:
     # (i) Flattening: over the last quarter the mean queue grows less than half as much
     # as over the first quarter (a rate-unstable queue grows linearly throughout).
     flatten = {
-        str(v): bool(g["last_quarter"] < 0.5 * max(g["first_quarter"], 1e-9))
+        str(v): bool(g["growth_last_quarter"] < 0.5 * max(g["growth_first_quarter"], 1e-9))
         for v, g in growth.items()
     }
     finals = [growth[v]["final_mean_queue"] for v in PENALTY_WEIGHTS]
