@@ -11,6 +11,17 @@ Each round the server minimises the drift-plus-penalty of P4 (eq. 21),
 where :math:`Z_{t,n}` is client n's fairness queue (eq. 6) and :math:`\bar\tau_{t,n}` a
 lower confidence bound on its exchange time from a per-client ridge regression on the
 context (eqs. 17-19). Also here: FedCS with a deadline, the paper's FedCS(3) baseline.
+
+Example (the numerical study of Sec. 6.1)::
+
+  env = fedjax_sel.envs.exchange_time()            # N = 40, m = 8, beta = 0.15
+  truth = fedjax_sel.envs.true_coefficients()
+  policies = {
+      "RBCS-F(20)": bandits.rbcs_f(40, 8, penalty_weight=20.0),
+      "FedCS(3)": bandits.fedcs(40, 8, truth, deadline_s=3.0),
+      "oracle pi'(20)": bandits.rbcs_f(40, 8, penalty_weight=20.0, known_coefficients=truth),
+  }
+  results = fedjax_sel.simulate(policies, env, num_rounds=500, num_trials=64)
 """
 
 from __future__ import annotations
