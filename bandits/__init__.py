@@ -7,13 +7,16 @@
 from bandits import kernels
 from bandits.baselines import fixed, oracle, random, round_robin
 from bandits.epsilon_greedy import epsilon_greedy
+from bandits.rbcs_f import RBCSFState, fedcs, lower_confidence_bound, rbcs_f, theory_exploration
 from bandits.thompson import thompson
 from bandits.ucb import ucb
 
 REGISTRY = {
     "epsilon_greedy": epsilon_greedy,
+    "fedcs": fedcs,
     "oracle": lambda num_clients, num_selected: oracle(),
     "random": random,
+    "rbcs_f": rbcs_f,
     "round_robin": round_robin,
     "thompson": thompson,
     "thompson_gaussian": lambda n, k, **kw: thompson(n, k, prior="gaussian", **kw),
@@ -30,13 +33,18 @@ def make(name: str, num_clients: int, num_selected: int, **hyperparameters):
 
 __all__ = [
     "REGISTRY",
+    "RBCSFState",
     "epsilon_greedy",
+    "fedcs",
     "fixed",
     "kernels",
+    "lower_confidence_bound",
     "make",
     "oracle",
     "random",
+    "rbcs_f",
     "round_robin",
+    "theory_exploration",
     "thompson",
     "ucb",
 ]

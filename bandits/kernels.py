@@ -1,7 +1,8 @@
 """Fixed-shape selection kernels shared by every policy.
 
 All kernels act on one trial's arrays (`f32[N]`); `jax.vmap` adds trial or
-edge-server axes. None of them sorts: each is one or two `lax.top_k` calls.
+edge-server axes. The top-k kernels do not sort: each is one or two `lax.top_k`
+calls; the prefix solver of max-cost objectives sorts once.
 """
 
 from __future__ import annotations
@@ -93,3 +94,101 @@ def top_k_mask(scores: chex.Array, mask: chex.Array, k: int) -> chex.Array:
     """
     values, index = lax.top_k(jnp.where(mask, scores, -jnp.inf), k)
     return jnp.zeros(scores.shape, bool).at[index].set(values > -jnp.inf)
+
+
+def sherman_morrison_update(
+    inverse: chex.Array, vector: chex.Array, mask: chex.Array
+) -> chex.Array:
+    r"""Batched rank-one updates of inverse Gram matrices, one per client.
+
+    For each masked client n, returns the inverse of :math:`H_n + c_n c_n^\top` from
+    :math:`P_n = H_n^{-1}` by the Sherman-Morrison formula
+
+    .. math:: P_n - \frac{P_n c_n c_n^\top P_n}{1 + c_n^\top P_n c_n},
+
+    in O(N d^2) instead of the O(N d^3) of a fresh inversion. Unmasked clients keep
+    :math:`P_n`. The result is symmetrised, so that rounding does not let the batch of
+    symmetric positive-definite matrices drift away from symmetry over many updates.
+
+    Args:
+      inverse: f32[N, d, d], symmetric positive-definite :math:`P_n`.
+      vector: f32[N, d], the rank-one direction :math:`c_n` of each client.
+      mask: bool[N], clients to update.
+
+    Returns:
+      f32[N, d, d], the updated inverses.
+    """
+    pc = jnp.einsum("nij,nj->ni", inverse, vector)
+    denom = 1.0 + jnp.einsum("ni,ni->n", vector, pc)
+    delta = pc[:, :, None] * pc[:, None, :] / denom[:, None, None]
+    updated = inverse - jnp.where(mask[:, None, None], delta, 0.0)
+    return 0.5 * (updated + jnp.swapaxes(updated, -1, -2))
+
+
+def prefix_max_cost_top_k(
+    cost: chex.Array,
+    value: chex.Array,
+    mask: chex.Array,
+    k: int,
+    weight: chex.Array,
+    key: chex.PRNGKey,
+) -> chex.Array:
+    r"""Exact minimiser of a max-cost-minus-value objective over cohorts of size min(k, |mask|).
+
+    Solves
+
+    .. math:: \min_{S \subseteq \text{mask},\ |S| = \min(k, |\text{mask}|)}
+              w \max_{n \in S} \text{cost}_n - \sum_{n \in S} \text{value}_n,
+
+    problem P4 (eq. 21) of Huang et al. (IEEE TPDS 2021) with cost the estimated
+    exchange time, value the fairness queue and w the penalty weight V. Algorithm 1 of
+    the paper tries every available client's cost as the cohort's maximum and keeps the
+    top k by value among the clients not costlier. Sorting the eligible clients by cost
+    makes that a prefix problem: with TopK(j) the sum of the k largest values among the
+    j cheapest eligible clients,
+
+    .. math:: P4^* = \min_{j \geq k} \; w\, \text{cost}_{(j)} - \text{TopK}(j),
+
+    and the cohort is the top k of the minimising prefix. The top k of a prefix is the
+    top k of every longer prefix whose extra clients rank lower, so each term is at least
+    its cohort's objective and equals it at the cohort's costliest member: the two minima
+    coincide. Fixed shapes, O(N^2) time and memory, no data-dependent loop.
+
+    Ties in cost and in value are broken by uniform random keys; among cohorts of equal
+    objective the one of the cheapest prefix wins. Equal costs and values throughout
+    (round 1 of RBCS-F) thus give a uniformly random cohort.
+
+    Args:
+      cost: f32[N], finite costs of the eligible clients (others are ignored).
+      value: f32[N], finite values of the eligible clients.
+      mask: bool[N], eligible (available) clients.
+      k: static cohort size, 1 <= k <= N.
+      weight: f32[], the weight w >= 0 of the maximum cost.
+      key: PRNG key for the tie-breaks.
+
+    Returns:
+      bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
+    """
+    n = cost.shape[0]
+    size = jnp.minimum(k, jnp.sum(mask))
+    # Equal costs are ordered at random too: the cheapest prefix wins ties of the
+    # objective, which would otherwise favour low client indices.
+    tie_all = jax.random.uniform(key, (n,))
+    order = jnp.lexsort((tie_all, jnp.where(mask, cost, jnp.inf)))
+    eligible = mask[order]
+    # Unavailable clients sort last; a zero cost keeps w * cost finite when w = 0.
+    sorted_cost = jnp.where(eligible, cost[order], 0.0)
+    sorted_value = jnp.where(eligible, value[order], 0.0)
+    tie = tie_all[order]
+    # rank[i]: position of sorted client i in descending (value, tie) order.
+    by_value = jnp.lexsort((-tie, -sorted_value))
+    rank = jnp.zeros((n,), jnp.int32).at[by_value].set(jnp.arange(n, dtype=jnp.int32))
+    beats = (rank[:, None] < rank[None, :]) & eligible[:, None]
+    # better[j, i]: eligible clients among the first j + 1 that rank above client i.
+    better = jnp.cumsum(beats, axis=0)
+    pos = jnp.arange(n)
+    in_top = (pos[None, :] <= pos[:, None]) & eligible[None, :] & (better < size)
+    objective = weight * sorted_cost - jnp.sum(jnp.where(in_top, sorted_value, 0.0), axis=1)
+    objective = jnp.where(eligible & (pos + 1 >= size), objective, jnp.inf)
+    best = jnp.argmin(objective)
+    return jnp.zeros((n,), bool).at[order].set(in_top[best] & (size > 0))

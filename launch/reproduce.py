@@ -115,4 +115,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Paper modules import `launch.reproduce` for `Figure`; let them find this module
+    # instead of importing it a second time, which would define every flag twice.
+    sys.modules.setdefault("launch.reproduce", sys.modules[__name__])
     app.run(main)

@@ -4,11 +4,13 @@
 **parameters)`; launch scripts build environments by name through `make`.
 """
 
+from fedjax_sel.envs.exchange_time import ExchangeTimeState, exchange_time, true_coefficients
 from fedjax_sel.envs.stationary import StationaryState, bernoulli, beta, gaussian
 
 REGISTRY = {
     "bernoulli": bernoulli,
     "beta": beta,
+    "exchange_time": exchange_time,
     "gaussian": gaussian,
 }
 
@@ -22,4 +24,14 @@ def make(name: str, num_clients: int, num_selected: int, **parameters):
     return REGISTRY[name](num_clients, num_selected, **parameters)
 
 
-__all__ = ["REGISTRY", "StationaryState", "bernoulli", "beta", "gaussian", "make"]
+__all__ = [
+    "REGISTRY",
+    "ExchangeTimeState",
+    "StationaryState",
+    "bernoulli",
+    "beta",
+    "exchange_time",
+    "gaussian",
+    "make",
+    "true_coefficients",
+]

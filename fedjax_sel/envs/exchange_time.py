@@ -1,0 +1,201 @@
+r"""Model exchange times linear in a per-round context: the numerical study of Huang et al.
+
+T. Huang, W. Lin, W. Wu, L. He, K. Li, A. Y. Zomaya, "An Efficiency-boosting Client
+Selection Scheme for Federated Learning with Fairness Guarantee", IEEE TPDS 32(7), 2021,
+Sec. 6.1. Client n's model exchange time in round t (download, local training, upload)
+is linear in a context known before the round (eq. 14):
+
+.. math:: \tau_{t,n} = c_{t,n}^\top \theta^*_n + \varepsilon_{t,n}, \qquad
+          c_{t,n} = [1/\mu_{t,n},\ s_{t,n},\ M/B_{t,n}], \qquad
+          \theta^*_n = [\tau^b_n,\ \tau^s_n,\ 1/\eta_n],
+
+with :math:`\mu` the available CPU ratio, uniform in [0.5, 2]; :math:`s` a cold-start
+flag; :math:`M = 20` Mb the model size; :math:`B` the bandwidth, uniform in [2, 4] MHz;
+:math:`\eta = \log(1 + \text{SNR})`. The N clients form four equal speed classes
+(Table I: :math:`\tau^b` = 1, 2, 3, 4 s, :math:`\tau^s` = 1 s, SNR = 1000, 100, 10, 1),
+clients 0..N/4-1 in class 1. The noise is uniform on :math:`(-\tau^*, \tau^*)`, so
+:math:`\tau = 2u\tau^*` with :math:`u \sim U(0, 1)`; every client is available with
+probability 0.8, independently over clients and rounds.
+
+A round lasts as long as its slowest selected client (eq. 1), 0 when nobody is
+selected. Feedback: the selected clients' exchange times (`latency`), `reward` their
+negatives. Round statistics: `latency` the round time f; `expected_reward` the negative
+of the largest expected time :math:`c^\top\theta^*` in the cohort, `oracle_reward` the
+same for the `oracle` (the min(k, available) clients of smallest expected time). The
+fairness queues of eq. (6), :math:`Z_{t+1,n} = \max(Z_{t,n} + \beta - x_{t,n}, 0)`,
+are a function of the selections alone, so the environment keeps them for every policy
+and reports their mean, maximum and sum of squares after each round as extras.
+
+Readings where the paper is open (each a named option, the default first):
+  - `cold_start`: "cold_start" sets :math:`s_{t,n} = 1 - x_{t-1,n}` (1 in round 1), as
+    the coefficient :math:`\tau^s` is a cold-start time paid by clients that did not train
+    in the previous round; "participated" is the literal definition, :math:`s = x_{t-1,n}`.
+  - `log_base`: "2" (Shannon rate in bit/s/Hz, matching M in bits and B in Hz) or "e".
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bandits.kernels import top_k_mask
+from fedjax_sel import validation
+from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
+
+CONTEXT_DIM = 3
+COLD_START_READINGS = ("cold_start", "participated")
+LOG_BASES = ("2", "e")
+# Table I: local training time at 100% CPU, cold-start time and SNR of each class.
+_TRAINING_S = (1.0, 2.0, 3.0, 4.0)
+_COLD_START_S = (1.0, 1.0, 1.0, 1.0)
+_SNR = (1000.0, 100.0, 10.0, 1.0)
+
+
+class ExchangeTimeState(NamedTuple):
+    r"""One trial's state.
+
+    Attributes:
+      coefficients: f32[N, 3], the true :math:`\theta^*_n` of each client.
+      availability: f32[N], probability that each client is available in a round.
+      previous: bool[N], the clients selected in the previous round.
+      queue: f32[N], fairness queues :math:`Z_{t,n}` (eq. 6) of the selections so far.
+    """
+
+    coefficients: chex.Array
+    availability: chex.Array
+    previous: chex.Array
+    queue: chex.Array
+
+
+def true_coefficients(num_clients: int = 40, log_base: str = "2") -> np.ndarray:
+    r"""f32[N, 3], Table I's :math:`\theta^*_n = [\tau^b, \tau^s, 1/\log(1 + \text{SNR})]`.
+
+    Client n belongs to class floor(4 n / N) (clients 0..N/4-1 in class 1).
+
+    Args:
+      num_clients: N >= 1.
+      log_base: "2" or "e", the base of :math:`\eta = \log(1 + \text{SNR})`.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    if log_base not in LOG_BASES:
+        raise ValueError(f"log_base must be one of {LOG_BASES}, got {log_base!r}.")
+    log = np.log2 if log_base == "2" else np.log
+    table = np.stack(
+        [_TRAINING_S, _COLD_START_S, 1.0 / log(1.0 + np.asarray(_SNR))], axis=1
+    ).astype(np.float32)
+    return table[(4 * np.arange(n)) // n]
+
+
+def exchange_time(
+    num_clients: int = 40,
+    num_selected: int = 8,
+    availability=0.8,
+    fairness_rate: float = 0.15,
+    model_size_mb: float = 20.0,
+    bandwidth_mhz: tuple[float, float] = (2.0, 4.0),
+    cpu_ratio: tuple[float, float] = (0.5, 2.0),
+    cold_start: str = "cold_start",
+    log_base: str = "2",
+    coefficients: chex.Array | None = None,
+) -> Env:
+    r"""The numerical simulation of Huang et al., Sec. 6.1 (see the module docstring).
+
+    Args:
+      num_clients: N >= 1 (40 in the paper).
+      num_selected: m, 1 <= m <= N, the cohort size of the `oracle` (8 in the paper).
+      availability: probability in [0, 1] (or f32[N]) that a client is available (0.8).
+      fairness_rate: :math:`\beta` of the reported fairness queues (eq. 6), in [0, 1]
+        with :math:`\beta N \leq m` (0.15).
+      model_size_mb: M in Mb, > 0 (20).
+      bandwidth_mhz: (low, high) of the uniform bandwidth B in MHz, 0 < low <= high.
+      cpu_ratio: (low, high) of the uniform CPU ratio :math:`\mu`, 0 < low <= high.
+      cold_start: "cold_start" or "participated", the reading of :math:`s_{t,n}`.
+      log_base: "2" or "e", the base of :math:`\eta`.
+      coefficients: f32[N, 3] of non-negative :math:`\theta^*_n`; None for Table I.
+
+    Returns:
+      An `Env` whose `RoundInput.context` is the f32[N, 3] context :math:`c_{t,n}`.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    m = validation.num_selected(num_selected, n)
+    avail = jnp.asarray(validation.probabilities("availability", availability, n))
+    beta = validation.float_in_range("fairness_rate", fairness_rate, 0.0, 1.0)
+    if beta * n > m:
+        raise ValueError(
+            f"fairness_rate * num_clients must be at most num_selected (no policy can give "
+            f"every client a rate above m/N), got {beta} * {n} > {m}."
+        )
+    size = validation.positive_float("model_size_mb", model_size_mb)
+    b_low, b_high = _range("bandwidth_mhz", bandwidth_mhz)
+    mu_low, mu_high = _range("cpu_ratio", cpu_ratio)
+    if cold_start not in COLD_START_READINGS:
+        raise ValueError(f"cold_start must be one of {COLD_START_READINGS}, got {cold_start!r}.")
+    if coefficients is None:
+        theta = jnp.asarray(true_coefficients(n, log_base))
+    else:
+        if log_base not in LOG_BASES:
+            raise ValueError(f"log_base must be one of {LOG_BASES}, got {log_base!r}.")
+        theta = jnp.asarray(
+            validation.array_in_range("coefficients", coefficients, (n, CONTEXT_DIM), 0.0)
+        )
+    flag_follows_selection = cold_start == "participated"
+
+    def reset(key):
+        del key
+        # Nobody trained before round 1: all cold (s = 1), or s = 0 when s = x_{t-1}.
+        previous = jnp.zeros((n,), bool)
+        return ExchangeTimeState(theta, avail, previous, jnp.zeros((n,), jnp.float32))
+
+    def observe(state, t, key):
+        k_mu, k_b, k_avail = jax.random.split(key, 3)
+        mu = jax.random.uniform(k_mu, (n,), minval=mu_low, maxval=mu_high)
+        bandwidth = jax.random.uniform(k_b, (n,), minval=b_low, maxval=b_high)
+        flag = state.previous == flag_follows_selection
+        context = jnp.stack([1.0 / mu, flag.astype(jnp.float32), size / bandwidth], axis=1)
+        available = jax.random.uniform(k_avail, (n,)) < state.availability
+        return RoundInput(t=jnp.asarray(t, jnp.int32), available=available, context=context)
+
+    def expected_time(state, round_input):
+        return jnp.sum(round_input.context * state.coefficients, axis=1)
+
+    def oracle(state, round_input):
+        return Decision(top_k_mask(-expected_time(state, round_input), round_input.available, m))
+
+    def step(state, round_input, decision, key):
+        selected = decision.selected
+        mean = expected_time(state, round_input)
+        tau = 2.0 * jax.random.uniform(key, (n,)) * mean
+        best = oracle(state, round_input).selected
+        round_time = jnp.max(jnp.where(selected, tau, 0.0))
+        queue = jnp.maximum(state.queue + beta - selected.astype(jnp.float32), 0.0)
+        feedback = Feedback(observed=selected, reward=-tau, latency=tau, success=selected)
+        stats = RoundStats(
+            expected_reward=-jnp.max(jnp.where(selected, mean, 0.0)),
+            oracle_reward=-jnp.max(jnp.where(best, mean, 0.0)),
+            reward=-round_time,
+            latency=round_time,
+            num_failed=jnp.float32(0.0),
+            extras={
+                "mean_queue": jnp.mean(queue),
+                "max_queue": jnp.max(queue),
+                "queue_square_sum": jnp.sum(queue * queue),
+            },
+        )
+        return feedback, state._replace(previous=selected, queue=queue), stats
+
+    return Env(reset=reset, observe=observe, step=step, oracle=oracle, num_clients=n)
+
+
+def _range(name: str, bounds) -> tuple[float, float]:
+    """Checks a (low, high) pair with 0 < low <= high."""
+    try:
+        low, high = (float(v) for v in bounds)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (low, high), got {bounds!r}.") from None
+    if not 0.0 < low <= high < float("inf"):
+        raise ValueError(f"{name} must satisfy 0 < low <= high < inf, got {bounds!r}.")
+    return low, high
