@@ -28,10 +28,6 @@ def plot(
     Returns:
       The matplotlib Figure.
     """
-    import matplotlib
-
-    if ax is None:
-        matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
     policies = list(policies or results.policies)

@@ -1,0 +1,70 @@
+"""`python -m launch.sweep`: outputs written, table printed, bad flags are usage errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fedjax_sel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _sweep(*flags, cwd=ROOT):
+    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    return subprocess.run(
+        [sys.executable, "-m", "launch.sweep", *flags],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_sweep_writes_results_figure_and_table(tmp_path):
+    out = _sweep(
+        "--policies=ucb,random,oracle",
+        "--num_clients=12",
+        "--num_selected=3",
+        "--num_rounds=60",
+        "--num_trials=8",
+        "--availability=0.9",
+        f"--output_dir={tmp_path}",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("policy"))
+    rows = {line.split()[0]: line for line in lines[header + 2 : header + 5]}
+    assert set(rows) == {"ucb", "random", "oracle"}
+    assert rows["oracle"].split()[1] == "0"  # zero regret, printed as "0 +- 0"
+    assert "%" in out.stderr  # progress lines
+    assert os.path.getsize(tmp_path / "regret.png") > 1000
+    assert not (tmp_path / "checkpoint").exists()  # removed once results are written
+    res = fedjax_sel.Results.load(str(tmp_path / "results"))
+    assert res.policies == ["ucb", "random", "oracle"]
+    assert res.config["num_rounds"] == 60 and res.config["config"]["availability"] == 0.9
+    mean, _ = res.final("random")
+    assert mean > res.final("ucb")[0] > 0
+    meta = json.loads((tmp_path / "results.json").read_text())
+    assert "jax" in meta["versions"]
+    assert np.isfinite(res.curves["ucb"]["cumulative_regret"]["mean"]).all()
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--policies=ucb,nope", "unknown policy 'nope'"),
+        ("--env=nope", "unknown environment 'nope'"),
+        ("--num_selected=50", "num_selected must be an integer in [1, 12], got 50"),
+        ("--num_trials=0", "num_trials must be an integer >= 1, got 0"),
+        ("--availability=1.5", "availability must have every entry in [0.0, 1.0]"),
+    ],
+)
+def test_sweep_bad_flags_are_usage_errors(tmp_path, flag, message):
+    out = _sweep("--num_clients=12", "--num_rounds=5", flag, f"--output_dir={tmp_path}")
+    assert out.returncode != 0
+    assert message in out.stderr, out.stderr[-2000:]
