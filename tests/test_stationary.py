@@ -1,0 +1,84 @@
+"""Stationary environments: reward laws, availability, oracle, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sel import envs
+from fedjax_sel.types import Decision
+
+MEANS = np.array([0.2, 0.7, 0.5, 0.9], np.float32)
+
+
+@pytest.mark.parametrize(
+    "make, var",
+    [
+        (lambda: envs.bernoulli(4, 2, means=MEANS), MEANS * (1 - MEANS)),
+        (lambda: envs.gaussian(4, 2, means=MEANS, stddev=0.5), np.full(4, 0.25)),
+        (lambda: envs.beta(4, 2, means=MEANS, concentration=4.0), MEANS * (1 - MEANS) / 5.0),
+    ],
+)
+def test_rewards_have_the_stated_mean_and_variance(make, var):
+    env = make()
+    state = env.reset(jax.random.PRNGKey(0))
+    inp = env.observe(state, 1, jax.random.PRNGKey(1))
+    dec = Decision(jnp.ones(4, bool))
+    draws = 20000
+    keys = jax.random.split(jax.random.PRNGKey(2), draws)
+    reward = np.asarray(jax.vmap(lambda k: env.step(state, inp, dec, k)[0].reward)(keys))
+    assert np.all(np.abs(reward.mean(0) - MEANS) < 4.5 * np.sqrt(var / draws))
+    # Sample variance of n draws has standard error about var * sqrt(2 / n) (light tails).
+    assert np.all(np.abs(reward.var(0) - var) < 6 * var * np.sqrt(2 / draws) + 1e-3)
+
+
+def test_availability_rate_and_oracle_among_available():
+    env = envs.bernoulli(4, 2, means=MEANS, availability=[1.0, 0.5, 0.0, 0.25])
+    state = env.reset(jax.random.PRNGKey(0))
+    draws = 8000
+    keys = jax.random.split(jax.random.PRNGKey(3), draws)
+    avail = np.asarray(jax.vmap(lambda k: env.observe(state, 1, k).available)(keys))
+    p = np.array([1.0, 0.5, 0.0, 0.25])
+    assert np.all(np.abs(avail.mean(0) - p) <= 4.5 * np.sqrt(p * (1 - p) / draws) + 1e-9)
+    for row in avail[:200]:
+        inp = env.observe(state, 1, keys[0])._replace(available=jnp.asarray(row))
+        best = np.asarray(env.oracle(state, inp).selected)
+        eligible = np.flatnonzero(row)
+        expected = eligible[np.argsort(-MEANS[eligible], kind="stable")][:2]
+        assert sorted(np.flatnonzero(best)) == sorted(expected)
+
+
+def test_stats_are_the_sums_of_means():
+    env = envs.bernoulli(4, 2, means=MEANS)
+    state = env.reset(jax.random.PRNGKey(0))
+    inp = env.observe(state, 1, jax.random.PRNGKey(1))
+    dec = Decision(jnp.array([True, False, True, False]))
+    fb, _, stats = env.step(state, inp, dec, jax.random.PRNGKey(2))
+    assert float(stats.expected_reward) == pytest.approx(0.7)
+    assert float(stats.oracle_reward) == pytest.approx(1.6)
+    assert float(stats.reward) == float(np.sum(np.asarray(fb.reward)[[0, 2]]))
+
+
+def test_means_drawn_per_trial_lie_in_range():
+    env = envs.bernoulli(50, 5, means_range=(0.2, 0.4))
+    means = np.asarray(jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 8)).means)
+    assert means.min() >= 0.2 and means.max() <= 0.4 and np.unique(means).size == means.size
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: envs.bernoulli(4, 5), r"num_selected must be an integer in \[1, 4\], got 5"),
+        (lambda: envs.bernoulli(4, 2, means=[0.1, 0.2]), r"means must have shape \(4,\)"),
+        (lambda: envs.bernoulli(4, 2, means=[0.1, 0.2, 1.3, 0.4]), r"means must have every"),
+        (lambda: envs.bernoulli(4, 2, availability=-0.1), r"availability must have every"),
+        (lambda: envs.bernoulli(4, 2, availability=[1, 1]), r"availability must have shape"),
+        (lambda: envs.gaussian(4, 2, stddev=0), r"stddev must lie in \(0.0, inf\]"),
+        (lambda: envs.beta(4, 2, concentration=-1), r"concentration must lie in"),
+        (lambda: envs.bernoulli(4, 2, means_range=(0.5, 1.2)), r"means_range\[1\] must lie"),
+        (lambda: envs.make("nope", 4, 2), r"unknown environment 'nope'"),
+    ],
+)
+def test_bad_environment_arguments(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
