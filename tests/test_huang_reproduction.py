@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from launch import reproduce
+from launch import reproductions
 
 SMALL = dict(num_trials=4, num_rounds=200, seed=0)
 
@@ -15,9 +15,9 @@ SMALL = dict(num_trials=4, num_rounds=200, seed=0)
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("huang"))
-    options = reproduce.Options(setting="calibrated", output_dir=out, **SMALL)
+    options = reproductions.Options(setting="calibrated", output_dir=out, **SMALL)
     # The figures share one cached simulation of the same size.
-    return out, {f: reproduce.reproduce("huang", f, options) for f in ("2", "3", "4")}
+    return out, {f: reproductions.reproduce("huang", f, options) for f in ("2", "3", "4")}
 
 
 def test_every_figure_writes_its_png_and_json(outputs):
@@ -45,12 +45,12 @@ def test_fig2_higher_v_higher_queue_on_a_small_setting(outputs):
 
 
 def test_flagfiles_name_existing_figures():
-    root = os.path.join(os.path.dirname(reproduce.__file__), "flagfiles")
+    root = os.path.join(os.path.dirname(os.path.dirname(reproductions.__file__)), "flagfiles")
     names = sorted(n for n in os.listdir(root) if n.startswith("huang_"))
     assert names
     for name in names:
         with open(os.path.join(root, name)) as f:
             flags = dict(line.strip().lstrip("-").split("=", 1) for line in f if "=" in line)
         assert flags["paper"] == "huang"
-        assert flags["figure"] in reproduce.figures("huang")
+        assert flags["figure"] in reproductions.figures("huang")
         assert name == f"huang_fig{flags['figure']}_{flags['setting']}.cfg"

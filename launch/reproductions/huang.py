@@ -29,7 +29,7 @@ import numpy as np
 import bandits
 import fedjax_sel
 from fedjax_sel import envs
-from launch.reproduce import Figure, Options
+from launch.reproductions import Figure, Options
 
 NUM_CLIENTS, NUM_SELECTED, FAIRNESS_RATE = 40, 8, 0.15
 PENALTY_WEIGHTS = (1, 10, 20, 50, 100)
