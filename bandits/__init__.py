@@ -6,13 +6,19 @@
 
 from bandits import kernels
 from bandits.baselines import fixed, oracle, random, round_robin
+from bandits.dfl_ccmab import dfl_ccmab
 from bandits.epsilon_greedy import epsilon_greedy
+from bandits.per_server import per_server_epsilon_greedy, per_server_random
 from bandits.thompson import thompson
 from bandits.ucb import ucb
 
 REGISTRY = {
+    "dfl_ccmab": dfl_ccmab,
+    "dfl_ccmab_literal": lambda n, k, **kw: dfl_ccmab(n, k, exploration_scale=1.0, **kw),
     "epsilon_greedy": epsilon_greedy,
     "oracle": lambda num_clients, num_selected: oracle(),
+    "per_server_epsilon_greedy": per_server_epsilon_greedy,
+    "per_server_random": per_server_random,
     "random": random,
     "round_robin": round_robin,
     "thompson": thompson,
@@ -30,11 +36,14 @@ def make(name: str, num_clients: int, num_selected: int, **hyperparameters):
 
 __all__ = [
     "REGISTRY",
+    "dfl_ccmab",
     "epsilon_greedy",
     "fixed",
     "kernels",
     "make",
     "oracle",
+    "per_server_epsilon_greedy",
+    "per_server_random",
     "random",
     "round_robin",
     "thompson",

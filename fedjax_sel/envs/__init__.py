@@ -4,11 +4,13 @@
 **parameters)`; launch scripts build environments by name through `make`.
 """
 
+from fedjax_sel.envs.dfl_delay import DFLDelayState, DFLRound, dfl_delay
 from fedjax_sel.envs.stationary import StationaryState, bernoulli, beta, gaussian
 
 REGISTRY = {
     "bernoulli": bernoulli,
     "beta": beta,
+    "dfl_delay": dfl_delay,
     "gaussian": gaussian,
 }
 
@@ -22,4 +24,14 @@ def make(name: str, num_clients: int, num_selected: int, **parameters):
     return REGISTRY[name](num_clients, num_selected, **parameters)
 
 
-__all__ = ["REGISTRY", "StationaryState", "bernoulli", "beta", "gaussian", "make"]
+__all__ = [
+    "DFLDelayState",
+    "DFLRound",
+    "REGISTRY",
+    "dfl_delay",
+    "StationaryState",
+    "bernoulli",
+    "beta",
+    "gaussian",
+    "make",
+]
