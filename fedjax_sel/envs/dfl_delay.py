@@ -270,20 +270,21 @@ def dfl_delay(
         ones = jnp.ones((k_total,), jnp.float32)
         return client_delays(params, state, inp.info, ones, ones)[1]
 
-    def reference_delays(state, inp):
-        return realized(state, inp)[1] if reference == "realized" else expected(state, inp)
+    def best(ref, inp):
+        selected = grouped_top_k_mask(-ref, inp.available, n, s)
+        return Decision(selected=selected, assignment=jnp.where(selected, cell, -1))
 
     def oracle(state, inp):
-        selected = grouped_top_k_mask(-reference_delays(state, inp), inp.available, n, s)
-        return Decision(selected=selected, assignment=jnp.where(selected, cell, -1))
+        ref = realized(state, inp)[1] if reference == "realized" else expected(state, inp)
+        return best(ref, inp)
 
     def step(state, inp, decision, key):
         del key  # the round's fading is a function of (channel_key, t), see `realized`
         raw, tau = realized(state, inp)
+        ref = tau if reference == "realized" else expected(state, inp)
         selected = decision.selected
+        chosen = best(ref, inp).selected
         round_delay = jnp.max(jnp.where(selected, tau, 0.0))  # (12)
-        ref = reference_delays(state, inp)
-        best = oracle(state, inp).selected
         feedback = Feedback(
             observed=selected,
             reward=-tau,
@@ -292,7 +293,7 @@ def dfl_delay(
         )
         stats = RoundStats(
             expected_reward=-jnp.max(jnp.where(selected, ref, 0.0)),
-            oracle_reward=-jnp.max(jnp.where(best, ref, 0.0)),
+            oracle_reward=-jnp.max(jnp.where(chosen, ref, 0.0)),
             reward=-round_delay,
             latency=round_delay,
             num_failed=jnp.sum(selected & (raw > params.tau_max)).astype(jnp.float32),
