@@ -115,4 +115,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Reproductions import `Figure` from `launch.reproduce`; under `python -m` this module
+    # is `__main__`, and a second copy would define every flag twice.
+    sys.modules.setdefault("launch.reproduce", sys.modules[__name__])
     app.run(main)
