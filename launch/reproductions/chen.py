@@ -50,16 +50,20 @@ def policies(num_clients: int, num_rounds: int, setting: str) -> dict[str, fedja
     }
 
 
-def exploration_fraction(
-    env: fedjax_sel.Env, selector: fedjax_sel.Selector, num_rounds: int, num_trials: int, seed: int
-) -> float:
-    """Fraction of (trial, server, round) in which a `dfl_ccmab` server explored.
+def exploration_fractions(
+    env: fedjax_sel.Env,
+    selectors: dict[str, fedjax_sel.Selector],
+    num_rounds: int,
+    num_trials: int,
+    seed: int,
+) -> dict[str, float]:
+    """Fraction of (trial, server, round) in which each `dfl_ccmab` server explored.
 
-    The policy's own counter (`CCMABState.exploration_rounds`), over `num_trials` trials
-    run as one `lax.scan` over rounds and `vmap` over trials.
+    The policies' own counters (`CCMABState.exploration_rounds`), over `num_trials`
+    trials run as one program: `lax.scan` over rounds, `vmap` over trials.
     """
 
-    def trial(key):
+    def trial(selector, key):
         reset_key, init_key, env_key, policy_key = jax.random.split(key, 4)
         env_state = env.reset(reset_key)
 
@@ -74,8 +78,15 @@ def exploration_fraction(
         state, _ = jax.lax.scan(body, selector.init(init_key), rounds)
         return state.exploration_rounds
 
-    keys = jax.random.split(jax.random.PRNGKey(seed), num_trials)
-    return float(jnp.mean(jax.jit(jax.vmap(trial))(keys)) / num_rounds)
+    @jax.jit
+    def run(keys):
+        return {
+            name: jnp.mean(jax.vmap(lambda k, sel=sel: trial(sel, k))(keys)) / num_rounds
+            for name, sel in selectors.items()
+        }
+
+    fractions = run(jax.random.split(jax.random.PRNGKey(seed), num_trials))
+    return {name: float(v) for name, v in fractions.items()}
 
 
 def _regret_slope(regret: np.ndarray) -> float:
@@ -99,10 +110,8 @@ def _fig4(options: Options) -> dict:
     delay = {p: results.final(p, "cumulative_latency") for p in pols}
     regret = {p: results.final(p, "cumulative_realized_regret") for p in pols}
     slope = _regret_slope(results.curve("proposed", "cumulative_realized_regret")[0])
-    explored = {
-        p: exploration_fraction(env, pols[p], num_rounds, min(num_trials, 32), options.seed)
-        for p in ("proposed", f"proposed_{other}")
-    }
+    learners = {p: pols[p] for p in ("proposed", f"proposed_{other}")}
+    explored = exploration_fractions(env, learners, num_rounds, min(num_trials, 32), options.seed)
     means = [delay[p][0] for p in ORDER]
     ordered = bool(all(a < b for a, b in zip(means, means[1:], strict=False)))
 
