@@ -28,10 +28,10 @@ __all__ = [
     "DFLDelayState",
     "DFLRound",
     "REGISTRY",
-    "dfl_delay",
     "StationaryState",
     "bernoulli",
     "beta",
+    "dfl_delay",
     "gaussian",
     "make",
 ]
