@@ -6,15 +6,21 @@
 
 from bandits import kernels
 from bandits.baselines import fixed, oracle, random, round_robin
+from bandits.dfl_ccmab import dfl_ccmab
 from bandits.epsilon_greedy import epsilon_greedy
+from bandits.per_server import per_server_epsilon_greedy, per_server_random
 from bandits.rbcs_f import RBCSFState, fedcs, lower_confidence_bound, rbcs_f, theory_exploration
 from bandits.thompson import thompson
 from bandits.ucb import ucb
 
 REGISTRY = {
+    "dfl_ccmab": dfl_ccmab,
+    "dfl_ccmab_literal": lambda n, k, **kw: dfl_ccmab(n, k, exploration_scale=1.0, **kw),
     "epsilon_greedy": epsilon_greedy,
     "fedcs": fedcs,
     "oracle": lambda num_clients, num_selected: oracle(),
+    "per_server_epsilon_greedy": per_server_epsilon_greedy,
+    "per_server_random": per_server_random,
     "random": random,
     "rbcs_f": rbcs_f,
     "round_robin": round_robin,
@@ -34,6 +40,7 @@ def make(name: str, num_clients: int, num_selected: int, **hyperparameters):
 __all__ = [
     "REGISTRY",
     "RBCSFState",
+    "dfl_ccmab",
     "epsilon_greedy",
     "fedcs",
     "fixed",
@@ -41,6 +48,8 @@ __all__ = [
     "lower_confidence_bound",
     "make",
     "oracle",
+    "per_server_epsilon_greedy",
+    "per_server_random",
     "random",
     "rbcs_f",
     "round_robin",

@@ -192,3 +192,70 @@ def prefix_max_cost_top_k(
     objective = jnp.where(eligible & (pos + 1 >= size), objective, jnp.inf)
     best = jnp.argmin(objective)
     return jnp.zeros((n,), bool).at[order].set(in_top[best] & (size > 0))
+
+
+def _per_group(kernel, arrays: tuple[chex.Array, ...], num_groups: int, key=None) -> chex.Array:
+    """Runs `kernel` on each of `num_groups` equal contiguous blocks of the client axis.
+
+    Clients `g * n, ..., g * n + n - 1` (n = N / num_groups) form group g; each group
+    gets its own key, so the groups' random choices are independent.
+    """
+    blocks = tuple(a.reshape(num_groups, -1) for a in arrays)
+    if key is None:
+        out = jax.vmap(kernel)(*blocks)
+    else:
+        out = jax.vmap(kernel)(*blocks, jax.random.split(key, num_groups))
+    return out.reshape(-1)
+
+
+def grouped_masked_top_k(
+    scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey, num_groups: int
+) -> chex.Array:
+    """`masked_top_k` in each of `num_groups` equal contiguous groups (k per group).
+
+    For hierarchical settings where every edge server schedules k clients of its own
+    cell: group g holds clients `g * N / num_groups` to `(g + 1) * N / num_groups - 1`.
+
+    Args:
+      scores: f32[N], higher is better.
+      mask: bool[N], eligible clients.
+      k: static cohort size per group, 1 <= k <= N / num_groups.
+      key: PRNG key for the tie-breaks (split over groups).
+      num_groups: static number of groups, dividing N.
+
+    Returns:
+      bool[N] with exactly min(k, eligible in group) entries set in each group.
+    """
+    return _per_group(lambda s, m, kk: masked_top_k(s, m, k, kk), (scores, mask), num_groups, key)
+
+
+def grouped_uniform_subset(
+    mask: chex.Array, k: int, key: chex.PRNGKey, num_groups: int
+) -> chex.Array:
+    """`uniform_subset` in each of `num_groups` equal contiguous groups (k per group).
+
+    Args:
+      mask: bool[N], eligible clients.
+      k: static cohort size per group, 1 <= k <= N / num_groups.
+      key: PRNG key (split over groups).
+      num_groups: static number of groups, dividing N.
+
+    Returns:
+      bool[N] with exactly min(k, eligible in group) entries set in each group.
+    """
+    return _per_group(lambda m, kk: uniform_subset(m, k, kk), (mask,), num_groups, key)
+
+
+def grouped_top_k_mask(scores: chex.Array, mask: chex.Array, k: int, num_groups: int) -> chex.Array:
+    """`top_k_mask` (deterministic, for oracles) in each of `num_groups` equal groups.
+
+    Args:
+      scores: f32[N] of finite values.
+      mask: bool[N], eligible clients.
+      k: static cohort size per group, 1 <= k <= N / num_groups.
+      num_groups: static number of groups, dividing N.
+
+    Returns:
+      bool[N] with exactly min(k, eligible in group) entries set in each group.
+    """
+    return _per_group(lambda s, m: top_k_mask(s, m, k), (scores, mask), num_groups)

@@ -78,3 +78,20 @@ def probabilities(name: str, value, num_clients: int) -> np.ndarray:
     if arr.ndim == 0:
         arr = np.full((num_clients,), arr, np.float32)
     return array_in_range(name, arr, (num_clients,), 0.0, 1.0)
+
+
+def group_size(num_clients: int, num_groups, name: str = "num_servers") -> int:
+    """Checks that `num_groups` equal contiguous groups (cells) split N; returns N / groups."""
+    g = int_in_range(name, num_groups, 1, num_clients)
+    if num_clients % g:
+        raise ValueError(
+            f"{name} must divide num_clients={num_clients} (equal cells of clients), got {g}."
+        )
+    return num_clients // g
+
+
+def choice(name: str, value, allowed: tuple[str, ...]) -> str:
+    """Returns `value`, or raises if it is not one of `allowed`."""
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}.")
+    return value

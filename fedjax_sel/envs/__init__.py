@@ -4,12 +4,14 @@
 **parameters)`; launch scripts build environments by name through `make`.
 """
 
+from fedjax_sel.envs.dfl_delay import DFLDelayState, DFLRound, dfl_delay
 from fedjax_sel.envs.exchange_time import ExchangeTimeState, exchange_time, true_coefficients
 from fedjax_sel.envs.stationary import StationaryState, bernoulli, beta, gaussian
 
 REGISTRY = {
     "bernoulli": bernoulli,
     "beta": beta,
+    "dfl_delay": dfl_delay,
     "exchange_time": exchange_time,
     "gaussian": gaussian,
 }
@@ -25,11 +27,14 @@ def make(name: str, num_clients: int, num_selected: int, **parameters):
 
 
 __all__ = [
-    "REGISTRY",
+    "DFLDelayState",
+    "DFLRound",
     "ExchangeTimeState",
+    "REGISTRY",
     "StationaryState",
     "bernoulli",
     "beta",
+    "dfl_delay",
     "exchange_time",
     "gaussian",
     "make",

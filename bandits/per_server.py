@@ -1,0 +1,96 @@
+"""Per-edge-server baselines: every server schedules N clients of its own cell.
+
+The random and epsilon-greedy baselines of Chen, Zhang, Wang and Wang (Entropy 2025,
+Sec. 7.1). Clients are laid out in equal contiguous cells, client k belonging to server
+`k // (K / S)`, as in `fedjax_sel.envs.dfl_delay`; decisions carry each scheduled
+client's server in `assignment`. The paper's "Optimal client selection" is the
+environment's oracle, played by `bandits.oracle`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bandits import arm_stats, kernels
+from fedjax_sel import validation
+from fedjax_sel.types import Decision, Selector
+
+
+def _layout(num_clients: int, num_selected: int, num_servers: int) -> tuple[int, int, np.ndarray]:
+    """Validates the cells; returns (S, N, server of each client int[K])."""
+    k_total = validation.positive_int("num_clients", num_clients)
+    k_cell = validation.group_size(k_total, num_servers)
+    n = validation.int_in_range("num_selected (clients per server)", num_selected, 1, k_cell)
+    return k_total // k_cell, n, np.arange(k_total) // k_cell
+
+
+def per_server_random(num_clients: int, num_selected: int, num_servers: int = 3) -> Selector:
+    """Each server schedules N available clients of its cell uniformly at random.
+
+    Args:
+      num_clients: K, a multiple of `num_servers`.
+      num_selected: N, clients scheduled per server, 1 <= N <= K / S.
+      num_servers: S >= 1.
+    """
+    s, n, server = _layout(num_clients, num_selected, num_servers)
+
+    def init(key):
+        del key
+        return ()
+
+    def select(state, inp, key):
+        selected = kernels.grouped_uniform_subset(inp.available, n, key, s)
+        return Decision(selected=selected, assignment=jnp.where(selected, server, -1)), state
+
+    def update(state, decision, feedback):
+        del decision, feedback
+        return state
+
+    return Selector(init=init, select=select, update=update)
+
+
+def per_server_epsilon_greedy(
+    num_clients: int, num_selected: int, num_servers: int = 3, epsilon: float = 0.3
+) -> Selector:
+    """Epsilon-greedy per server over context-free empirical means (Chen et al., Sec. 7.1).
+
+    Each server tosses its own coin every round: with probability epsilon it schedules
+    N random clients of its cell, otherwise the N of best empirical mean reward (the
+    smallest mean delay when the reward is the negative delay). The mean is over all of
+    a client's observations, ignoring contexts; clients never observed rank first, so
+    each is tried once; ties are broken at random. The paper fixes epsilon = 0.3 and
+    leaves the coin and initialisation open; these are the spec's readings.
+
+    Args:
+      num_clients: K, a multiple of `num_servers`.
+      num_selected: N, clients scheduled per server, 1 <= N <= K / S.
+      num_servers: S >= 1.
+      epsilon: exploration probability in [0, 1].
+
+    Returns:
+      A `Selector` whose state is an `arm_stats.ArmStats`.
+    """
+    s, n, server = _layout(num_clients, num_selected, num_servers)
+    eps = validation.probability("epsilon", epsilon)
+    k_total = server.size
+
+    def init(key):
+        del key
+        return arm_stats.init(k_total)
+
+    def select(state, inp, key):
+        coin_key, explore_key, exploit_key = jax.random.split(key, 3)
+        score = jnp.where(state.counts > 0, arm_stats.means(state), jnp.inf)
+        exploit = kernels.grouped_masked_top_k(score, inp.available, n, exploit_key, s)
+        explore = kernels.grouped_uniform_subset(inp.available, n, explore_key, s)
+        explores = (jax.random.uniform(coin_key, (s,)) < eps)[server]
+        selected = jnp.where(explores, explore, exploit)
+        return Decision(selected=selected, assignment=jnp.where(selected, server, -1)), state
+
+    def update(state, decision, feedback):
+        del decision
+        return arm_stats.update(state, feedback)
+
+    return Selector(init=init, select=select, update=update)

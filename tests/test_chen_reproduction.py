@@ -1,0 +1,64 @@
+"""Chen et al. (2025) delay figures on small settings: the orderings the paper claims."""
+
+import os
+
+import numpy as np
+import pytest
+
+from launch import reproductions
+from launch.reproductions import chen
+
+FLAGFILES = os.path.join(os.path.dirname(__file__), os.pardir, "launch", "flagfiles")
+
+
+@pytest.fixture(scope="module")
+def fig4(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("chen"))
+    options = reproductions.Options("calibrated", out, num_trials=8, num_rounds=150)
+    return out, reproductions.reproduce("chen", "4", options)
+
+
+def test_fig4_ordering_with_the_calibrated_exploration_scale(fig4):
+    out, numbers = fig4
+    delay = numbers["cumulative_delay"]
+    # Optimal < proposed < epsilon-greedy < random, each gap wider than both 95% CIs.
+    for a, b in zip(chen.ORDER, chen.ORDER[1:], strict=False):
+        assert delay[b]["mean"] - delay[a]["mean"] > delay[a]["ci95"] + delay[b]["ci95"], (a, b)
+    assert numbers["ordering_holds"] and numbers["holds"]
+    assert numbers["regret"]["optimal"]["mean"] == 0.0
+    assert 0.0 < numbers["proposed_regret_loglog_slope"] < 1.0
+    assert numbers["exploration_fraction"]["proposed"] < 0.5
+    assert os.path.exists(os.path.join(out, "chen_fig4_calibrated.png"))
+    assert os.path.exists(os.path.join(out, "chen_fig4_calibrated.json"))
+
+
+def test_fig4_literal_threshold_never_stops_exploring(fig4):
+    # Spec A1: with c_E = 1 every server explores in every round, so the schedule is
+    # uniform among under-explored clients and the delay is that of random selection.
+    _, numbers = fig4
+    assert numbers["exploration_fraction"]["proposed_literal"] == 1.0
+    literal = numbers["cumulative_delay"]["proposed_literal"]
+    random = numbers["cumulative_delay"]["random"]
+    assert abs(literal["mean"] - random["mean"]) <= random["ci95"]
+    assert literal["mean"] - numbers["cumulative_delay"]["epsilon_greedy"]["mean"] > 0
+
+
+def test_fig7_small_sweep(tmp_path):
+    options = reproductions.Options("calibrated", str(tmp_path), num_trials=4, num_rounds=100)
+    numbers = chen.fig7_sweep(options, clients=(6, 12))
+    at_six = [numbers["cumulative_delay"][p][0] for p in chen.ORDER]
+    # N S = K: every policy schedules every client, so the delays are identical.
+    np.testing.assert_array_equal(at_six, at_six[0])
+    assert numbers["holds"], numbers
+    assert os.path.exists(tmp_path / "chen_fig7_calibrated.png")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(FLAGFILES) if n.startswith("chen_")))
+def test_flagfiles_name_a_figure_and_setting(name):
+    with open(os.path.join(FLAGFILES, name)) as f:
+        lines = dict(line.strip().lstrip("-").split("=", 1) for line in f if line.strip())
+    assert lines["paper"] == "chen"
+    figure = reproductions.figures("chen")[lines["figure"]]
+    assert lines["setting"] in figure.settings
+    assert name == f"chen_fig{lines['figure']}_{lines['setting']}.cfg"
+    assert int(lines["num_rounds"]) == 2000 and int(lines["num_trials"]) >= 100
