@@ -5,13 +5,18 @@
 """
 
 from bandits import kernels
-from bandits.baselines import fixed, oracle, random, round_robin
+from bandits.baselines import fixed, group_round_robin, oracle, random, round_robin
+from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.epsilon_greedy import epsilon_greedy
 from bandits.thompson import thompson
 from bandits.ucb import ucb
 
 REGISTRY = {
+    "cs_ucb": cs_ucb,
+    "cs_ucb_q": cs_ucb_q,
     "epsilon_greedy": epsilon_greedy,
+    "group_round_robin": group_round_robin,
+    "modified_cs_ucb": modified_cs_ucb,
     "oracle": lambda num_clients, num_selected: oracle(),
     "random": random,
     "round_robin": round_robin,
@@ -30,10 +35,14 @@ def make(name: str, num_clients: int, num_selected: int, **hyperparameters):
 
 __all__ = [
     "REGISTRY",
+    "cs_ucb",
+    "cs_ucb_q",
     "epsilon_greedy",
     "fixed",
+    "group_round_robin",
     "kernels",
     "make",
+    "modified_cs_ucb",
     "oracle",
     "random",
     "round_robin",

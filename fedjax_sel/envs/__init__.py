@@ -5,11 +5,13 @@
 """
 
 from fedjax_sel.envs.stationary import StationaryState, bernoulli, beta, gaussian
+from fedjax_sel.envs.wireless_latency import WirelessState, wireless_latency
 
 REGISTRY = {
     "bernoulli": bernoulli,
     "beta": beta,
     "gaussian": gaussian,
+    "wireless_latency": wireless_latency,
 }
 
 
@@ -22,4 +24,13 @@ def make(name: str, num_clients: int, num_selected: int, **parameters):
     return REGISTRY[name](num_clients, num_selected, **parameters)
 
 
-__all__ = ["REGISTRY", "StationaryState", "bernoulli", "beta", "gaussian", "make"]
+__all__ = [
+    "REGISTRY",
+    "StationaryState",
+    "WirelessState",
+    "bernoulli",
+    "beta",
+    "gaussian",
+    "make",
+    "wireless_latency",
+]
