@@ -168,7 +168,7 @@ def check_fairness(fairness, num_selected: int, availability) -> np.ndarray:
     c = validation.array_in_range("fairness", fairness, alpha.shape, 0.0, 1.0).astype(np.float64)
     if np.any(c >= 1.0):
         raise ValueError(f"fairness targets c_k must lie in [0, 1), got {c.tolist()}.")
-    above = np.nonzero(c > alpha + 1e-9)[0]
+    above = np.nonzero(c > alpha + 1e-6)[0]
     if above.size:
         k = int(above[0])
         raise ValueError(
@@ -176,7 +176,7 @@ def check_fairness(fairness, num_selected: int, availability) -> np.ndarray:
             f"{alpha[k]:g} of client {k}: infeasible (c_k <= alpha_k is required)."
         )
     capacity = expected_schedulable(num_selected, alpha)
-    if c.sum() > capacity + 1e-9:
+    if c.sum() > capacity + 1e-6:
         raise ValueError(
             f"fairness targets sum to {c.sum():g}, above the expected number of schedulable "
             f"clients E[min(N, |A|)] = {capacity:g}: infeasible."
