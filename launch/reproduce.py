@@ -20,6 +20,12 @@ from absl import app, flags
 
 from launch import reproductions
 
+# Run as `python -m launch.reproduce`, this module is `__main__`; the reproductions import
+# `Figure` from `launch.reproduce`, which must be this module, not a second copy that would
+# define the flags again.
+if __name__ == "__main__":
+    sys.modules.setdefault("launch.reproduce", sys.modules[__name__])
+
 
 class Options(NamedTuple):
     """What a figure's `run` receives.

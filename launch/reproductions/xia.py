@@ -120,7 +120,8 @@ def run_fig3(options: Options) -> dict:
     ax.set_ylabel(f"Theta(T={rounds}) [s]")
     ax.legend()
     below = all(
-        c < min(r, o) for c, r, o in zip(gaps["cs_ucb"], gaps["random"], gaps["round_robin"])
+        c < min(r, o)
+        for c, r, o in zip(gaps["cs_ucb"], gaps["random"], gaps["round_robin"], strict=True)
     )
     increasing = bool(np.all(np.diff(gaps["cs_ucb"]) > 0))
     return {
@@ -189,7 +190,7 @@ def run_fig4(options: Options) -> dict:
             "meets_fairness": bool(np.all(fractions >= np.asarray(FAIRNESS) - 0.01)),
         }
     axes[2].hlines(FAIRNESS, np.arange(3) - 0.45, np.arange(3) + 0.45, colors="k")
-    for ax, label in zip(axes, ("Theta(t) [s]", "theta(t) [s]", "selection fraction")):
+    for ax, label in zip(axes, ("Theta(t) [s]", "theta(t) [s]", "selection fraction"), strict=True):
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
     numbers["figure_path"] = _save(fig, options, "4")
