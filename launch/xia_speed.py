@@ -20,7 +20,8 @@ from absl import app, flags
 import bandits
 import fedjax_sel
 from fedjax_sel.envs import wireless_latency
-from fedjax_sel.envs.wireless_latency import PRESETS, compute_bounds, snr_db
+from fedjax_sel.envs.wireless_latency import PRESETS
+from launch.xia_numpy import numpy_cs_ucb_trial
 
 _NUM_TRIALS = flags.DEFINE_integer("num_trials", 8, "Trials of the jitted run.", lower_bound=1)
 _NUM_ROUNDS = flags.DEFINE_integer("num_rounds", 50, "Rounds per trial.", lower_bound=1)
@@ -28,34 +29,7 @@ _NUMPY_TRIALS = flags.DEFINE_integer("numpy_trials", 1, "Trials timed in NumPy."
 _CHUNK = flags.DEFINE_integer("trials_per_chunk", None, "Power of two; None: all at once.")
 _PRESET = flags.DEFINE_enum("preset", "literal", sorted(PRESETS), "Deadline preset.")
 
-K, N = 20, 5
-
-
-def numpy_cs_ucb_trial(rng: np.random.Generator, num_rounds: int, deadline: float) -> float:
-    """One trial of CS-UCB (Algorithm 1) on the latency model; returns cumulative latency."""
-    low, high = compute_bounds(K)
-    snr = 10 ** (snr_db(np.maximum(0.5 * np.sqrt(rng.uniform(size=K)), 0.001)) / 10)
-    kappa = -(-K // N)
-    perm = rng.permutation(K)
-    extra = rng.permutation(perm[: (kappa - 1) * N])[: kappa * N - K]
-    schedule = np.concatenate([perm, extra]).reshape(kappa, N)
-    sums, counts, total = np.zeros(K), np.zeros(K), 0.0
-    for t in range(1, num_rounds + 1):
-        if t <= kappa:
-            chosen = schedule[t - 1]
-        else:
-            index = sums / counts + np.sqrt((N + 1) * np.log(t) / counts)
-            chosen = np.argpartition(-index, N - 1)[:N]
-        raw = (
-            5e3 / (15e3 * np.log2(1 + snr * rng.exponential(size=K)))
-            + 5e3 / (15e3 * np.log2(1 + snr * rng.exponential(size=K)))
-            + 2.0 / rng.uniform(low, high)
-        )
-        latency = np.minimum(raw, deadline)
-        sums[chosen] += 1.0 - latency[chosen] / deadline
-        counts[chosen] += 1.0
-        total += latency[chosen].max()
-    return total
+K, N = 20, 5  # the Figure 1 setting
 
 
 def main(argv):
