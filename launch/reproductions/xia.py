@@ -199,6 +199,9 @@ def run_fig4(options: Options) -> dict:
             "meets_fairness": bool(np.all(fractions >= np.asarray(FAIRNESS) - 0.01)),
         }
     axes[2].hlines(FAIRNESS, np.arange(3) - 0.45, np.arange(3) + 0.45, colors="k")
+    axes[2].set_xticks(np.arange(3), ["client 1", "client 2", "client 3"])
+    axes[0].set_xlabel("round t")
+    axes[1].set_xlabel("round t")
     for ax, label in zip(axes, ("Theta(t) [s]", "theta(t) [s]", "selection fraction"), strict=True):
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
