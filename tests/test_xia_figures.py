@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from launch.reproduce import Options, reproduce
-from launch.reproductions import xia
+from launch.reproductions import Options, reproduce, xia
 
 
 def options(tmp_path, trials, rounds):

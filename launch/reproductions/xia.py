@@ -18,7 +18,7 @@ import fedjax_sel
 from fedjax_sel import fairness_lp
 from fedjax_sel.envs import wireless_latency
 from fedjax_sel.envs.wireless_latency import PRESETS
-from launch.reproduce import Figure, Options
+from launch.reproductions import Figure, Options
 
 NON_IDEAL_DISTANCES_KM = (0.45, 0.35, 0.25)  # mu_1 < mu_2 < mu_3 as Fig. 5 reads (spec §5)
 FAIRNESS = (0.6, 0.5, 0.4)
