@@ -5,7 +5,8 @@
 """
 
 from bandits import kernels
-from bandits.baselines import fixed, oracle, random, round_robin
+from bandits.baselines import fixed, group_round_robin, oracle, random, round_robin
+from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.dfl_ccmab import dfl_ccmab
 from bandits.epsilon_greedy import epsilon_greedy
 from bandits.per_server import per_server_epsilon_greedy, per_server_random
@@ -14,10 +15,14 @@ from bandits.thompson import thompson
 from bandits.ucb import ucb
 
 REGISTRY = {
+    "cs_ucb": cs_ucb,
+    "cs_ucb_q": cs_ucb_q,
     "dfl_ccmab": dfl_ccmab,
     "dfl_ccmab_literal": lambda n, k, **kw: dfl_ccmab(n, k, exploration_scale=1.0, **kw),
     "epsilon_greedy": epsilon_greedy,
     "fedcs": fedcs,
+    "group_round_robin": group_round_robin,
+    "modified_cs_ucb": modified_cs_ucb,
     "oracle": lambda num_clients, num_selected: oracle(),
     "per_server_epsilon_greedy": per_server_epsilon_greedy,
     "per_server_random": per_server_random,
@@ -38,20 +43,24 @@ def make(name: str, num_clients: int, num_selected: int, **hyperparameters):
 
 
 __all__ = [
-    "REGISTRY",
-    "RBCSFState",
+    "cs_ucb",
+    "cs_ucb_q",
     "dfl_ccmab",
     "epsilon_greedy",
     "fedcs",
     "fixed",
+    "group_round_robin",
     "kernels",
     "lower_confidence_bound",
     "make",
+    "modified_cs_ucb",
     "oracle",
     "per_server_epsilon_greedy",
     "per_server_random",
     "random",
     "rbcs_f",
+    "RBCSFState",
+    "REGISTRY",
     "round_robin",
     "theory_exploration",
     "thompson",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -96,3 +97,45 @@ def oracle() -> Selector:
         return inp.oracle
 
     return _stateless(select, privileged=True)
+
+
+def group_round_robin(num_clients: int, num_selected: int, shuffle: bool = False) -> Selector:
+    """Round robin as Xia et al. (2020, §V.B, after [41]) define it: fixed groups in turn.
+
+    The clients are divided into kappa = ceil(K/N) groups of N, group g holding clients
+    gN, ..., gN + N - 1 (mod K, so that the last group wraps around to the first clients
+    when N does not divide K), and round t schedules group (t - 1) mod kappa. Unlike
+    `round_robin`, the groups do not drift when N does not divide K. Unavailable members
+    leave their slot empty.
+
+    Args:
+      num_clients: K >= 1.
+      num_selected: N channels, 1 <= N <= K.
+      shuffle: group a uniformly random permutation of the clients, drawn per trial,
+        instead of the index order (the compute speed of §V.A grows with the index).
+
+    Returns:
+      A `Selector` whose state is the i32[K] order in which clients are grouped.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    k = validation.num_selected(num_selected, n)
+    groups = -(-n // k)
+    slots = jnp.arange(n)
+
+    def init(key):
+        if shuffle:
+            return jax.random.permutation(key, n).astype(jnp.int32)
+        return slots.astype(jnp.int32)
+
+    def select(state, inp, key):
+        del key
+        start = ((inp.t - 1) % groups) * k
+        in_group = (slots - start) % n < k
+        members = jnp.zeros((n,), bool).at[state].set(in_group)
+        return Decision(members & inp.available), state
+
+    def update(state, decision, feedback):
+        del decision, feedback
+        return state
+
+    return Selector(init=init, select=select, update=update)

@@ -7,6 +7,7 @@
 from fedjax_sel.envs.dfl_delay import DFLDelayState, DFLRound, dfl_delay
 from fedjax_sel.envs.exchange_time import ExchangeTimeState, exchange_time, true_coefficients
 from fedjax_sel.envs.stationary import StationaryState, bernoulli, beta, gaussian
+from fedjax_sel.envs.wireless_latency import WirelessState, wireless_latency
 
 REGISTRY = {
     "bernoulli": bernoulli,
@@ -14,6 +15,7 @@ REGISTRY = {
     "dfl_delay": dfl_delay,
     "exchange_time": exchange_time,
     "gaussian": gaussian,
+    "wireless_latency": wireless_latency,
 }
 
 
@@ -27,16 +29,18 @@ def make(name: str, num_clients: int, num_selected: int, **parameters):
 
 
 __all__ = [
-    "DFLDelayState",
-    "DFLRound",
-    "ExchangeTimeState",
-    "REGISTRY",
-    "StationaryState",
     "bernoulli",
     "beta",
     "dfl_delay",
+    "DFLDelayState",
+    "DFLRound",
     "exchange_time",
+    "ExchangeTimeState",
     "gaussian",
     "make",
+    "REGISTRY",
+    "StationaryState",
     "true_coefficients",
+    "wireless_latency",
+    "WirelessState",
 ]

@@ -1,0 +1,220 @@
+r"""The fairness-constrained benchmark r* of Xia et al. (2020), LP 23.
+
+An A-only policy chooses the cohort S from the available set A(t) alone, with
+probabilities q_S(e) for A(t) = e. The best such policy under the fairness targets c
+solves (eq. 23, cohorts restricted to |S| = min{N, |e|} as in eq. 10)
+
+.. math::
+   r^* = \max_q \sum_e P_A(e) \sum_{S} q_S(e) \mu(S) \quad \text{s.t.} \quad
+   \sum_e P_A(e) \sum_{S \ni k} q_S(e) \ge c_k \;\forall k, \quad \sum_S q_S(e) = 1,
+
+with :math:`\mu(S) = \min_{k \in S} \mu_k` and :math:`\mu(\emptyset) = 1` (an empty round
+has the value 1 for every policy, as in `fedjax_sel.envs.wireless_latency`). The
+non-ideal regret (eq. 25) is :math:`T r^* - E[\sum_t r(S(t))]`.
+
+Two solvers: `optimal_fair_value` enumerates all 2^K availability patterns and cohorts
+and solves the LP exactly (small K); `optimal_fair_value_dual` minimizes the Lagrangian
+dual over a sample of patterns (sample-average approximation, K = 20).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import optimize
+
+from bandits.cs_ucb import check_fairness
+from fedjax_sel import validation
+
+# Largest K solved by enumeration: 2^K patterns times C(K, N) cohorts.
+MAX_EXACT_CLIENTS = 10
+
+
+def _check(means, fairness, num_selected, availability):
+    mu = validation.array_in_range("means", means, np.shape(means), 0.0, 1.0).astype(np.float64)
+    if mu.ndim != 1:
+        raise ValueError(f"means must be a vector f32[K], got shape {mu.shape}.")
+    k_all = mu.size
+    n_sel = validation.num_selected(num_selected, k_all)
+    alpha = validation.probabilities("availability", availability, k_all).astype(np.float64)
+    c = np.asarray(fairness, np.float64)
+    c = np.full((k_all,), float(c)) if c.ndim == 0 else c
+    return mu, n_sel, alpha, check_fairness(c, n_sel, alpha)
+
+
+def optimal_fair_value(means, fairness, num_selected: int, availability) -> float:
+    """r* of LP 23 by enumeration, solved with HiGHS in float64.
+
+    Args:
+      means: f64[K], mu_k, K <= MAX_EXACT_CLIENTS.
+      fairness: f64[K] (or a scalar), c_k.
+      num_selected: N.
+      availability: f64[K] (or a scalar), independent Bernoulli availability alpha_k.
+
+    Returns:
+      r*, the best expected value per round of an A-only policy meeting the targets.
+    """
+    mu, n_sel, alpha, c = _check(means, fairness, num_selected, availability)
+    k_all = mu.size
+    if k_all > MAX_EXACT_CLIENTS:
+        raise ValueError(
+            f"means has K = {k_all} clients; enumeration supports K <= {MAX_EXACT_CLIENTS}, "
+            "use optimal_fair_value_dual."
+        )
+    values, members, pattern_of = [], [], []
+    patterns = list(itertools.product([False, True], repeat=k_all))
+    probs = []
+    for e, pattern in enumerate(patterns):
+        avail = np.asarray(pattern)
+        probs.append(float(np.prod(np.where(avail, alpha, 1.0 - alpha))))
+        size = min(n_sel, int(avail.sum()))
+        for cohort in itertools.combinations(np.flatnonzero(avail), size):
+            cohort = list(cohort)
+            values.append(float(mu[cohort].min()) if cohort else 1.0)
+            members.append(cohort)
+            pattern_of.append(e)
+    probs = np.asarray(probs)
+    weight = probs[pattern_of]
+    # Fairness rows: -sum_e P(e) sum_{S containing k} q_S(e) <= -c_k.
+    a_ub = np.zeros((k_all, len(values)))
+    for j, cohort in enumerate(members):
+        a_ub[cohort, j] = -weight[j]
+    a_eq = np.zeros((len(patterns), len(values)))
+    a_eq[pattern_of, np.arange(len(values))] = 1.0
+    result = optimize.linprog(
+        -weight * np.asarray(values),
+        A_ub=a_ub,
+        b_ub=-c,
+        A_eq=a_eq,
+        b_eq=np.ones(len(patterns)),
+        bounds=(0.0, 1.0),
+        method="highs",
+    )
+    if result.status != 0:
+        raise ValueError(f"fairness targets {c.tolist()} are infeasible for LP 23.")
+    return float(-result.fun)
+
+
+class DualEstimate(NamedTuple):
+    """r* from the Lagrangian dual.
+
+    Attributes:
+      value: the dual function at the optimized multipliers, averaged over an
+        independent sample of patterns: an unbiased estimate of an upper bound on r*
+        (weak duality), tight when the multipliers are optimal.
+      stderr: its standard error over that sample.
+      multipliers: f64[K], the multipliers lambda_k >= 0 of the fairness constraints.
+    """
+
+    value: float
+    stderr: float
+    multipliers: np.ndarray
+
+
+def _best_cohort_value(mu_sorted, lam, lam_rank, avail, n_sel):
+    """max over |S| = min(N, |A|), S in A of mu(S) + sum_{k in S} lambda_k (sorted by mu).
+
+    The best cohort whose bottleneck (least mu) is client p adds to p the n - 1 available
+    clients ranked above p with the largest multipliers; the maximum is over p.
+    `lam_rank` is i32[K], each client's position in decreasing order of lambda.
+    """
+    k_all = mu_sorted.shape[0]
+    n = jnp.minimum(n_sel, jnp.sum(avail))
+    above = jnp.arange(k_all)[None, :] < jnp.arange(k_all)[:, None]  # [p, i]: i ranks above p
+    eligible = above & avail[None, :]
+    # Eligible clients with more multiplier than i (ties by index), per bottleneck p.
+    ahead = lam_rank[:, None] < lam_rank[None, :]  # [j, i]: j before i in lambda order
+    rank_among = eligible.astype(jnp.float32) @ ahead.astype(jnp.float32)  # [p, i]
+    taken = eligible & (rank_among < n - 1)
+    best_others = jnp.sum(jnp.where(taken, lam[None, :], 0.0), axis=1)
+    valid = avail & (jnp.sum(eligible, axis=1) >= n - 1)
+    candidate = jnp.where(valid, mu_sorted + lam + best_others, -jnp.inf)
+    return jnp.where(n > 0, jnp.max(candidate), 1.0)
+
+
+def optimal_fair_value_dual(
+    means,
+    fairness,
+    num_selected: int,
+    availability,
+    num_patterns: int = 8192,
+    num_steps: int = 300,
+    learning_rate: float = 0.05,
+    seed: int = 0,
+) -> DualEstimate:
+    r"""r* of LP 23 by its Lagrangian dual over sampled availability patterns.
+
+    By strong duality of the finite LP,
+
+    .. math:: r^* = \min_{\lambda \ge 0} E_A\big[\max_{S} \mu(S) + \textstyle\sum_{k \in S}
+       \lambda_k\big] - \lambda^\top c,
+
+    where the inner maximum is over |S| = min{N, |A|} and costs O(K^2) (given the
+    bottleneck client, the rest are the available clients of higher mean with the
+    largest multipliers). The expectation is replaced by the mean over `num_patterns`
+    sampled patterns and minimized by projected subgradient descent with step
+    `learning_rate / sqrt(step)`, keeping the best iterate; the dual function at it is
+    then evaluated on a fresh sample of the same size.
+
+    Args:
+      means: f64[K], mu_k.
+      fairness: f64[K] (or a scalar), c_k.
+      num_selected: N.
+      availability: f64[K] (or a scalar), alpha_k.
+      num_patterns: sampled patterns per estimate, >= 1.
+      num_steps: subgradient steps, >= 1.
+      learning_rate: initial step size, > 0.
+      seed: seed of the pattern samples.
+
+    Returns:
+      A `DualEstimate`.
+    """
+    mu, n_sel, alpha, c = _check(means, fairness, num_selected, availability)
+    num_patterns = validation.positive_int("num_patterns", num_patterns)
+    num_steps = validation.positive_int("num_steps", num_steps)
+    lr = validation.positive_float("learning_rate", learning_rate)
+    order = np.argsort(-mu, kind="stable")
+    mu_sorted = jnp.asarray(mu[order], jnp.float32)
+    c_sorted = jnp.asarray(c[order], jnp.float32)
+    alpha_sorted = jnp.asarray(alpha[order], jnp.float32)
+    fit_key, eval_key = jax.random.split(jax.random.PRNGKey(seed))
+
+    def sample(key):
+        return jax.random.uniform(key, (num_patterns, mu.size)) < alpha_sorted
+
+    def per_pattern(lam, patterns):
+        lam_rank = jnp.argsort(jnp.argsort(-lam))
+        inner = jax.vmap(_best_cohort_value, in_axes=(None, None, None, 0, None))
+        return inner(mu_sorted, lam, lam_rank, patterns, n_sel) - lam @ c_sorted
+
+    @jax.jit
+    def fit(patterns):
+        objective = lambda lam: jnp.mean(per_pattern(lam, patterns))
+
+        def step(carry, i):
+            lam, best, best_lam = carry
+            value, grad = jax.value_and_grad(objective)(lam)
+            better = value < best
+            best, best_lam = jnp.where(better, value, best), jnp.where(better, lam, best_lam)
+            lam = jnp.maximum(lam - lr / jnp.sqrt(i + 1.0) * grad, 0.0)
+            return (lam, best, best_lam), None
+
+        zeros = jnp.zeros_like(mu_sorted)
+        (_, _, best_lam), _ = jax.lax.scan(
+            step, (zeros, jnp.inf, zeros), jnp.arange(num_steps, dtype=jnp.float32)
+        )
+        return best_lam
+
+    lam = fit(sample(fit_key))
+    values = np.asarray(jax.jit(per_pattern)(lam, sample(eval_key)), np.float64)
+    multipliers = np.zeros(mu.size)
+    multipliers[order] = np.asarray(lam, np.float64)
+    return DualEstimate(
+        value=float(values.mean()),
+        stderr=float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0,
+        multipliers=multipliers,
+    )
