@@ -7,11 +7,13 @@
 from bandits import kernels
 from bandits.baselines import fixed, oracle, random, round_robin
 from bandits.epsilon_greedy import epsilon_greedy
+from bandits.local_accuracy import local_accuracy
 from bandits.thompson import thompson
 from bandits.ucb import ucb
 
 REGISTRY = {
     "epsilon_greedy": epsilon_greedy,
+    "local_accuracy": local_accuracy,
     "oracle": lambda num_clients, num_selected: oracle(),
     "random": random,
     "round_robin": round_robin,
@@ -33,6 +35,7 @@ __all__ = [
     "epsilon_greedy",
     "fixed",
     "kernels",
+    "local_accuracy",
     "make",
     "oracle",
     "random",

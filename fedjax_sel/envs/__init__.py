@@ -5,11 +5,13 @@
 """
 
 from fedjax_sel.envs.stationary import StationaryState, bernoulli, beta, gaussian
+from fedjax_sel.envs.training import TrainingState, training
 
 REGISTRY = {
     "bernoulli": bernoulli,
     "beta": beta,
     "gaussian": gaussian,
+    "training": training,
 }
 
 
@@ -22,4 +24,13 @@ def make(name: str, num_clients: int, num_selected: int, **parameters):
     return REGISTRY[name](num_clients, num_selected, **parameters)
 
 
-__all__ = ["REGISTRY", "StationaryState", "bernoulli", "beta", "gaussian", "make"]
+__all__ = [
+    "REGISTRY",
+    "StationaryState",
+    "TrainingState",
+    "bernoulli",
+    "beta",
+    "gaussian",
+    "make",
+    "training",
+]
