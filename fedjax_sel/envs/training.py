@@ -9,9 +9,10 @@ the result becomes the feedback.
 
 Latency model (a simple stand-in for the papers' wireless models): client i has a mean
 round latency `mu_i`, drawn per trial uniformly in `latency_range` (or fixed); each
-round its latency is `mu_i * G / a` with `G ~ Gamma(a)` (mean `mu_i`, coefficient of
-variation `1/sqrt(a)`), capped at the deadline `tau_max` when one is set; a client
-whose raw latency reaches the deadline fails (Xia et al. eq. 4). The round latency is
+round its latency is the shifted exponential `mu_i (1 - v + v E)`, `E ~ Exp(1)` (the
+usual straggler model of distributed computing: a deterministic part plus an
+exponential tail; mean `mu_i`), capped at the deadline `tau_max` when one is set; a
+client whose raw latency reaches the deadline fails (Xia et al. eq. 4). The round latency is
 the slowest selected client's. Availability is Bernoulli per client and round.
 
 Feedback (`feedback`):
@@ -22,11 +23,10 @@ Feedback (`feedback`):
   - "opinions": r_i = accuracy of the new model on client i's held-out data, observed
     for every client with held-out data (Tong et al.'s test opinions), also in
     `Feedback.info["opinions"]`.
-For "latency" and "success" the expected reward of a client is known in closed form
-(Gamma distribution), so the environment has an oracle and pseudo-regret is defined;
-for the model-based feedbacks it has no oracle and `RoundStats` reports the realized
-value as both expected and oracle value (zero regret), keeping the accuracy and loss
-curves as the metrics.
+For "latency" and "success" the expected reward of a client is known in closed form,
+so the environment has an oracle and pseudo-regret is defined; for the model-based
+feedbacks it has no oracle and `RoundStats` reports the realized value as both expected
+and oracle value (zero regret), keeping the accuracy and loss curves as the metrics.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.scipy.special import gammainc
 
 from bandits.kernels import top_k_mask
 from fedjax_sel import validation
@@ -98,27 +97,27 @@ def _check_data(data: FederatedData, model: Model, num_clients: int) -> None:
 
 
 def expected_client_reward(
-    mean_latency: chex.Array, shape: float, deadline_s: float, feedback: str
+    mean_latency: chex.Array, spread: float, deadline_s: float, feedback: str
 ) -> chex.Array:
-    r"""Expected reward of each client under the Gamma latency model.
+    r"""Expected reward of each client under the shifted-exponential latency model.
 
-    With :math:`\tau = \mu G / a`, :math:`G \sim \Gamma(a)` and the regularized lower
-    incomplete gamma function :math:`P`, :math:`c = a D / \mu`:
-    :math:`\Pr[\tau < D] = P(a, c)` ("success") and
-    :math:`E[\min(\tau, D)] = \mu P(a + 1, c) + D (1 - P(a, c))`, so the "latency" reward
+    With :math:`\tau = a + b E`, :math:`E \sim \mathrm{Exp}(1)`, shift
+    :math:`a = \mu (1 - v)` and scale :math:`b = \mu v` (`spread` v), and
+    :math:`x = \max(D - a, 0)`: :math:`\Pr[\tau < D] = 1 - e^{-x/b}` ("success") and
+    :math:`E[\min(\tau, D)] = \min(a, D) + b (1 - e^{-x/b})`, so the "latency" reward
     :math:`1 - \min(\tau, D)/D` has mean :math:`1 - E[\min(\tau, D)]/D`.
 
     Args:
       mean_latency: f32[N], mu_i.
-      shape: a > 0.
+      spread: v in (0, 1].
       deadline_s: D > 0.
       feedback: "success" or "latency".
     """
-    c = shape * deadline_s / mean_latency
+    shift, scale = mean_latency * (1.0 - spread), mean_latency * spread
+    within = 1.0 - jnp.exp(-jnp.maximum(deadline_s - shift, 0.0) / scale)
     if feedback == "success":
-        return gammainc(shape, c)
-    capped = mean_latency * gammainc(shape + 1.0, c) + deadline_s * (1.0 - gammainc(shape, c))
-    return 1.0 - capped / deadline_s
+        return within
+    return 1.0 - (jnp.minimum(shift, deadline_s) + scale * within) / deadline_s
 
 
 def training(
@@ -136,7 +135,7 @@ def training(
     feedback: str = "accuracy",
     latency_range: tuple[float, float] = (1.0, 5.0),
     mean_latency: chex.Array | None = None,
-    latency_shape: float = 4.0,
+    latency_spread: float = 0.5,
     deadline_s: float | None = None,
     drop_late: bool | None = None,
     availability=1.0,
@@ -167,7 +166,8 @@ def training(
       feedback: one of `FEEDBACKS` (module docstring).
       latency_range: (low, high), 0 < low <= high, seconds; mu_i ~ U[low, high].
       mean_latency: f32[N] > 0 fixed mu_i instead of drawing them per trial.
-      latency_shape: a > 0 of the Gamma latency noise.
+      latency_spread: v in (0, 1], the random share of the latency: a client's
+        latency is at least mu_i (1 - v) and has standard deviation mu_i v.
       deadline_s: tau_max > 0, or None for no deadline.
       drop_late: drop updates that missed the deadline; None takes each algorithm's
         paper default (FedSGD/FedAvg: drop, Xia spec A20; decentralized: keep, Chen
@@ -208,7 +208,7 @@ def training(
         fixed_latency = jnp.asarray(
             validation.array_in_range("mean_latency", mean_latency, (n,), 1e-9)
         )
-    shape = validation.positive_float("latency_shape", latency_shape)
+    spread = validation.float_in_range("latency_spread", latency_spread, 0.0, 1.0, low_open=True)
     deadline = None if deadline_s is None else validation.positive_float("deadline_s", deadline_s)
     if feedback in ("latency", "success") and deadline is None:
         raise ValueError(f"feedback={feedback!r} needs a deadline_s.")
@@ -254,7 +254,7 @@ def training(
     def oracle(state, round_input):
         return Decision(
             top_k_mask(
-                expected_client_reward(state.mean_latency, shape, deadline, feedback),
+                expected_client_reward(state.mean_latency, spread, deadline, feedback),
                 round_input.available,
                 k,
             )
@@ -263,7 +263,8 @@ def training(
     def step(state, round_input, decision, key):
         latency_key, train_key = jax.random.split(key)
         selected = decision.selected
-        raw = state.mean_latency * jax.random.gamma(latency_key, shape, (n,)) / shape
+        noise = jax.random.exponential(latency_key, (n,))
+        raw = state.mean_latency * (1.0 - spread + spread * noise)
         if deadline is None:
             latency, success = raw, jnp.ones((n,), bool)
         else:
@@ -304,7 +305,7 @@ def training(
             observed, info = data.heldout_counts > 0, {"opinions": reward}
 
         if has_oracle:
-            mean = expected_client_reward(state.mean_latency, shape, deadline, feedback)
+            mean = expected_client_reward(state.mean_latency, spread, deadline, feedback)
             best = oracle(state, round_input).selected
             value = jnp.sum(jnp.where(selected, reward, 0.0))
             expected = jnp.sum(jnp.where(selected, mean, 0.0))

@@ -9,6 +9,7 @@ the `models.Model` interface.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import flax.linen as nn
@@ -68,6 +69,7 @@ def gaussian_clusters(
     centres = separation * jax.random.normal(keys[0], (num_classes, dim))
     logp = jnp.log(jnp.maximum(jnp.asarray(proportions, jnp.float32), 1e-30))
 
+    @functools.partial(jax.jit, static_argnums=1)
     def draw(key, size, rows):
         label_key, noise_key = jax.random.split(key)
         y = jax.random.categorical(label_key, logp[rows][:, None, :], shape=(rows.shape[0], size))
