@@ -40,10 +40,13 @@ def test_vmapped_update_equals_sequential_loop(model, clients, mode):
     update = fl.local_sgd(model.apply, learning_rate=0.3, batch_size=3, **mode)
     params = model.init(jax.random.PRNGKey(0))
     keys = jax.random.split(jax.random.PRNGKey(1), len(counts))
-    batched = jax.jit(jax.vmap(update, in_axes=(None, 0, 0, 0, 0)))(params, x, y, counts, keys)
+    clients = np.arange(len(counts))
+    batched = jax.jit(jax.vmap(update, in_axes=(None, None, None, 0, 0, 0)))(
+        params, x, y, clients, counts, keys
+    )
     single = jax.jit(update)
     for i in range(len(counts)):
-        one = single(params, x[i], y[i], counts[i], keys[i])
+        one = single(params, x[i : i + 1], y[i : i + 1], 0, counts[i], keys[i])
         _tree_allclose(
             jax.tree.map(lambda d, i=i: d[i], batched.delta), one.delta, rtol=1e-5, atol=1e-6
         )
@@ -60,11 +63,13 @@ def test_padded_client_trains_exactly_as_unpadded(model, clients, mode):
     params = model.init(jax.random.PRNGKey(0))
     key = jax.random.PRNGKey(7)
     c = int(counts[1])
-    padded = update(params, x[1], y[1], counts[1], key)
-    unpadded = update(params, x[1, :c], y[1, :c], c, key)
-    padded_more = update(params, np.pad(x[1], ((0, 9), (0, 0))), np.pad(y[1], (0, 9)), c, key)
+    padded = update(params, x, y, 1, counts[1], key)
+    unpadded = update(params, x[1:2, :c], y[1:2, :c], 0, c, key)
+    more = update(
+        params, np.pad(x, ((0, 0), (0, 9), (0, 0))), np.pad(y, ((0, 0), (0, 9))), 1, c, key
+    )
     _tree_allclose(padded.delta, unpadded.delta, rtol=1e-6, atol=1e-7)
-    _tree_allclose(padded_more.delta, unpadded.delta, rtol=1e-6, atol=1e-7)
+    _tree_allclose(more.delta, unpadded.delta, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(padded.num_steps, unpadded.num_steps)
     expected_steps = 3 * -(-c // 3) if "num_steps" not in mode else 4
     assert float(unpadded.num_steps) == expected_steps
@@ -73,7 +78,7 @@ def test_padded_client_trains_exactly_as_unpadded(model, clients, mode):
 def test_empty_client_returns_zero_update(model, clients):
     x, y, _ = clients
     update = fl.local_sgd(model.apply, 0.5, 4, num_epochs=2)
-    result = update(model.init(jax.random.PRNGKey(0)), x[0], y[0], 0, jax.random.PRNGKey(0))
+    result = update(model.init(jax.random.PRNGKey(0)), x, y, 0, 0, jax.random.PRNGKey(0))
     assert all(np.all(np.asarray(d) == 0.0) for d in jax.tree.leaves(result.delta))
     assert float(result.num_steps) == 0.0 and float(result.loss) == 0.0
 
@@ -115,7 +120,9 @@ def test_fedsgd_step_by_hand():
     weights = np.array([2.0, 6.0])
     update = fl.local_sgd(model.apply, gamma, batch_size=1, num_epochs=None, num_steps=1)
     keys = jax.random.split(jax.random.PRNGKey(3), 2)
-    result = jax.vmap(update, in_axes=(None, 0, 0, 0, 0))(params, xs, ys, jnp.array([1, 1]), keys)
+    result = jax.vmap(update, in_axes=(None, None, None, 0, 0, 0))(
+        params, xs, ys, jnp.arange(2), jnp.array([1, 1]), keys
+    )
     new = fl.fedavg().update(params, result.delta, _cohort([True, True], [True, True], weights))
     # Zero weights: softmax is uniform, grad_W = (p - onehot) x^T, grad_b = p - onehot.
     grads_w, grads_b = [], []

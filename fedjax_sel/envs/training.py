@@ -277,7 +277,9 @@ def training(
         group = assignment[slots]
         start = agg.client_params(state.server, group)
         keys = jax.vmap(lambda c: jax.random.fold_in(train_key, c))(slots)
-        result = jax.vmap(update_fn)(start, data.x[slots], data.y[slots], counts, keys)
+        result = jax.vmap(update_fn, in_axes=(0, None, None, 0, 0, 0))(
+            start, data.x, data.y, slots, counts, keys
+        )
         cohort = aggregate.Cohort(
             valid=valid,
             arrived=success[slots],

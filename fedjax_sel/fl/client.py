@@ -1,6 +1,6 @@
 """Client update: local minibatch SGD as a pure function of one client's padded data.
 
-A client owns `x[:count]`, `y[:count]` of arrays padded to `n_max` rows. Its update
+Client `c` owns `x[c, :count]`, `y[c, :count]` of arrays padded to `n_max` rows. Its update
 runs either E epochs of shuffled minibatches or a fixed number of minibatch steps with
 an optax optimizer, starting from the model it downloaded, and returns the change of
 its parameters. Padding never reaches the loss: each minibatch carries a validity mask,
@@ -9,7 +9,9 @@ so a client padded to any `n_max` trains exactly as the same client unpadded. A 
 with `count = 0` (an empty cohort slot) returns a zero update.
 
 Shuffles and minibatch draws are built from `fold_in(key, i)` per position `i`, so they
-depend on the key and the count only, never on `n_max`.
+depend on the key and the count only, never on `n_max`. The update reads its minibatches
+straight from the shared arrays of all clients, so a cohort of k clients `vmap`-ed over
+M trials holds M x k models and minibatches, never copies of the clients' data.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ class ClientResult(NamedTuple):
     num_steps: chex.Array
 
 
-ClientUpdate = Callable[[Params, chex.Array, chex.Array, chex.Array, chex.PRNGKey], ClientResult]
+ClientUpdate = Callable[
+    [Params, chex.Array, chex.Array, chex.Array, chex.Array, chex.PRNGKey], ClientResult
+]
 
 
 def masked_cross_entropy(logits: chex.Array, labels: chex.Array, mask: chex.Array) -> chex.Array:
@@ -115,8 +119,9 @@ def local_sgd(
         starts fresh at every round.
 
     Returns:
-      `update(params, x f32[n_max, ...], y int32[n_max], count int32[], key) ->
-      ClientResult`, pure and `vmap`-able over clients and trials.
+      `update(params, x f32[N, n_max, ...], y int32[N, n_max], client int32[],
+      count int32[], key) -> ClientResult`, training on `x[client, :count]`; pure and
+      `vmap`-able over clients and trials.
     """
     lr = validation.positive_float("learning_rate", learning_rate)
     batch_size = validation.positive_int("batch_size", batch_size)
@@ -137,11 +142,13 @@ def local_sgd(
     def loss_fn(params, xb, yb, mb):
         return masked_cross_entropy(apply_fn(params, xb), yb, mb)
 
-    def run_batches(carry, x, y, index, valid):
+    def run_batches(carry, rows, index, valid):
+        """Minibatch steps; `rows(index)` gathers one minibatch of the client's examples."""
+
         def step(carry, batch):
             params, opt_state = carry
             idx, mb = batch
-            loss, grads = jax.value_and_grad(loss_fn)(params, x[idx], y[idx], mb)
+            loss, grads = jax.value_and_grad(loss_fn)(params, *rows(idx), mb)
             updates, new_opt_state = optimizer.update(grads, opt_state, params)
             new_params = optax.apply_updates(params, updates)
             # A batch of padding only is no step at all: nothing moves, not even the
@@ -156,23 +163,25 @@ def local_sgd(
 
         return lax.scan(step, carry, (index, valid))
 
-    def update(params, x, y, count, key):
+    def update(params, x, y, client, count, key):
         x, y = jnp.asarray(x), jnp.asarray(y)
-        n_max = x.shape[0]
-        if y.shape != (n_max,):
-            raise ValueError(f"y must have shape ({n_max},) to match x, got {y.shape}.")
+        n_max = x.shape[1]
+        if y.shape != x.shape[:2]:
+            raise ValueError(f"y must have shape {x.shape[:2]} to match x, got {y.shape}.")
+        # Indexing the client's rows inside the scan gathers only the minibatch.
+        rows = lambda idx: (x[client, idx], y[client, idx])
         count = jnp.asarray(count, jnp.int32)
         carry = (params, optimizer.init(params))
         if num_epochs is not None:
 
             def epoch(carry, e):
                 index, valid = _epoch_batches(jax.random.fold_in(key, e), count, n_max, batch_size)
-                return run_batches(carry, x, y, index, valid)
+                return run_batches(carry, rows, index, valid)
 
             carry, (losses, taken) = lax.scan(epoch, carry, jnp.arange(num_epochs))
         else:
             index, valid = _sampled_batches(key, count, num_steps, batch_size)
-            carry, (losses, taken) = run_batches(carry, x, y, index, valid)
+            carry, (losses, taken) = run_batches(carry, rows, index, valid)
         steps = jnp.sum(taken)
         delta = jax.tree.map(jnp.subtract, carry[0], params)
         return ClientResult(delta, jnp.sum(losses) / jnp.maximum(steps, 1.0), steps)
