@@ -84,7 +84,7 @@ def test_unselected_slots_do_not_change_the_model(data, model):
     assert float(stats.latency) == 0.0
 
 
-def test_decentralized_exact_exchange_equals_fedavg_in_the_env(data, model):
+def test_decentralized_and_hierarchical_reduce_to_fedavg_in_the_env(data, model):
     selected = np.zeros(N, bool)
     selected[[0, 1, 5, 9]] = True
     fedavg = _env(data, model, 4, drop_late=False)
@@ -94,6 +94,14 @@ def test_decentralized_exact_exchange_equals_fedavg_in_the_env(data, model):
     for u, v in zip(jax.tree.leaves(a.server), jax.tree.leaves(b.server), strict=True):
         np.testing.assert_allclose(u, v[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(v[0], v[2], rtol=1e-6, atol=1e-7)
+    # One edge server, clouds every round, no deadline: FedAvg with uniform weights.
+    uniform = _env(data, model, 4, weighting="uniform")
+    hfl = _env(data, model, 4, algorithm="hierarchical", num_groups=1, period=1)
+    _, (_, c, _) = _step(uniform, selected)
+    _, (_, h, _) = _step(hfl, selected, assignment=jnp.zeros(N, jnp.int32))
+    for u, v in zip(jax.tree.leaves(c.server), jax.tree.leaves(h.server.edge_params), strict=True):
+        np.testing.assert_allclose(u, v[0], rtol=1e-5, atol=1e-6)
+    assert int(h.server.round) == 1
 
 
 def test_expected_client_reward_matches_monte_carlo():

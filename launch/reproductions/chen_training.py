@@ -57,7 +57,7 @@ def fig5(options: Options) -> dict:
         "epsilon_greedy": bandits.epsilon_greedy(NUM_CLIENTS, k, epsilon=0.3),
         "random": bandits.random(NUM_CLIENTS, k),
     }
-    results = run_policies(policies, env, options, rounds=200, trials=8, config={"figure": "5"})
+    results = run_policies(policies, env, options, rounds=150, trials=4, config={"figure": "5"})
     final = {p: final_accuracy(results, p) for p in policies}
     target = 0.95 * min(final.values())
     times = {p: time_to(results, p, target) for p in policies}

@@ -57,7 +57,7 @@ def fig2(options: Options) -> dict:
         "round_robin": bandits.round_robin(NUM_CLIENTS, k),
         "local_accuracy": bandits.local_accuracy(NUM_CLIENTS, k),
     }
-    results = run_policies(policies, env, options, rounds=400, trials=8, config={"figure": "2"})
+    results = run_policies(policies, env, options, rounds=300, trials=4, config={"figure": "2"})
     final = {p: final_accuracy(results, p) for p in policies}
     target = 0.9 * min(final[p] for p in ("cs_ucb", "random", "round_robin"))
     times = {p: time_to(results, p, target) for p in policies}
