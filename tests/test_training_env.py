@@ -47,10 +47,6 @@ def _step(env, selected, assignment=None, seed=0):
     return state, jax.jit(env.step)(state, inp, dec, jax.random.PRNGKey(2))
 
 
-def _params(env_state):
-    return env_state.server
-
-
 def test_unselected_slots_do_not_change_the_model(data, model):
     selected = np.zeros(N, bool)
     selected[[2, 7]] = True
@@ -85,22 +81,27 @@ def test_unselected_slots_do_not_change_the_model(data, model):
 
 
 def test_decentralized_and_hierarchical_reduce_to_fedavg_in_the_env(data, model):
+    # Clients 1, 5 and 9 hold 5 examples each, so FedAvg's weights are uniform too;
+    # the fourth slot stays empty.
     selected = np.zeros(N, bool)
-    selected[[0, 1, 5, 9]] = True
+    selected[[1, 5, 9]] = True
     fedavg = _env(data, model, 4, drop_late=False)
     dfl = _env(data, model, 4, algorithm="decentralized", num_groups=3)
+    # One edge server, cloud every round, no deadline: FedAvg with uniform weights.
+    hfl = _env(data, model, 4, algorithm="hierarchical", num_groups=1, period=1)
     _, (_, a, _) = _step(fedavg, selected)
     _, (_, b, _) = _step(dfl, selected)
-    for u, v in zip(jax.tree.leaves(a.server), jax.tree.leaves(b.server), strict=True):
+    _, (_, h, _) = _step(hfl, selected, assignment=jnp.zeros(N, jnp.int32))
+    leaves = zip(
+        jax.tree.leaves(a.server),
+        jax.tree.leaves(b.server),
+        jax.tree.leaves(h.server.edge_params),
+        strict=True,
+    )
+    for u, v, w in leaves:
         np.testing.assert_allclose(u, v[0], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(v[0], v[2], rtol=1e-6, atol=1e-7)
-    # One edge server, clouds every round, no deadline: FedAvg with uniform weights.
-    uniform = _env(data, model, 4, weighting="uniform")
-    hfl = _env(data, model, 4, algorithm="hierarchical", num_groups=1, period=1)
-    _, (_, c, _) = _step(uniform, selected)
-    _, (_, h, _) = _step(hfl, selected, assignment=jnp.zeros(N, jnp.int32))
-    for u, v in zip(jax.tree.leaves(c.server), jax.tree.leaves(h.server.edge_params), strict=True):
-        np.testing.assert_allclose(u, v[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(u, w[0], rtol=1e-5, atol=1e-6)
     assert int(h.server.round) == 1
 
 
