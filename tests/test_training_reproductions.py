@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel.types import RoundInput
-from launch.reproduce import Options, reproduce
+from launch.reproductions import Options, reproduce
 from launch.reproductions.huang_training import dirichlet_biased
 
 

@@ -1,5 +1,82 @@
-"""Paper reproductions, one module per paper, discovered by `launch.reproduce`.
+"""Paper reproductions, one module per paper, run by `python -m launch.reproduce`.
 
 A module `launch/reproductions/<paper>.py` defines `FIGURES`, a mapping from a figure
-name ("1", "3", ...) to a `launch.reproduce.Figure`.
+name ("1", "3", ...) to a `Figure`. Modules are discovered by name, so adding a paper
+needs no registration.
 """
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+
+class Options(NamedTuple):
+    """What a figure's `run` receives.
+
+    Attributes:
+      setting: "literal" (the paper's parameters as printed) or "calibrated" (the spec's
+        recommended reading, where the two differ).
+      output_dir: where the figure and its JSON go.
+      num_trials: Monte Carlo trials; None for the figure's default.
+      num_rounds: rounds; None for the figure's default.
+      seed: the seed of every random stream.
+    """
+
+    setting: str
+    output_dir: str
+    num_trials: int | None = None
+    num_rounds: int | None = None
+    seed: int = 0
+
+
+class Figure(NamedTuple):
+    """One reproducible figure.
+
+    Attributes:
+      claim: the claim the figure makes, in a sentence.
+      run: `options -> dict`, runs it, writes the figure to `options.output_dir`, and
+        returns the JSON-serialisable numbers (with a boolean `holds` per claim).
+      settings: the settings it supports.
+    """
+
+    claim: str
+    run: Callable[[Options], dict[str, Any]]
+    settings: tuple[str, ...] = ("literal", "calibrated")
+
+
+def papers() -> list[str]:
+    """Names of the papers with reproductions."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__))
+
+
+def figures(paper: str) -> dict[str, Figure]:
+    """The figures of `paper`, by name."""
+    if paper not in papers():
+        raise ValueError(f"unknown paper {paper!r}; choose from {', '.join(papers())}.")
+    return importlib.import_module(f"{__name__}.{paper}").FIGURES
+
+
+def reproduce(paper: str, figure: str, options: Options) -> dict[str, Any]:
+    """Runs one figure, writes `<paper>_fig<figure>_<setting>.json`; returns the numbers."""
+    available = figures(paper)
+    if figure not in available:
+        raise ValueError(
+            f"unknown figure {figure!r} of {paper}; choose from {', '.join(available)}."
+        )
+    fig = available[figure]
+    if options.setting not in fig.settings:
+        raise ValueError(
+            f"setting must be one of {fig.settings} for {paper} figure {figure}, "
+            f"got {options.setting!r}."
+        )
+    os.makedirs(options.output_dir, exist_ok=True)
+    numbers = {"paper": paper, "figure": figure, "claim": fig.claim, **fig.run(options)}
+    stem = os.path.join(options.output_dir, f"{paper}_fig{figure}_{options.setting}")
+    with open(stem + ".json", "w") as f:
+        json.dump(numbers, f, indent=1, default=float)
+    return numbers

@@ -26,7 +26,7 @@ from bandits.kernels import gumbel_top_k
 from fedjax_sel import envs, validation
 from fedjax_sel.fl import _standins
 from fedjax_sel.types import Decision, Selector
-from launch.reproduce import Figure, Options
+from launch.reproductions import Figure, Options
 from launch.training_figures import final_accuracy, plot_accuracy, run_policies
 
 NUM_CLIENTS, NUM_SELECTED = 40, 8

@@ -24,7 +24,7 @@ import os
 import bandits
 from fedjax_sel import envs, fl
 from fedjax_sel.fl import _standins
-from launch.reproduce import Figure, Options
+from launch.reproductions import Figure, Options
 from launch.training_figures import final_accuracy, plot_accuracy, run_policies, time_to
 
 NUM_CLIENTS, NUM_CHANNELS = 20, 5
