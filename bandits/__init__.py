@@ -9,6 +9,7 @@ from bandits.baselines import fixed, group_round_robin, oracle, random, round_ro
 from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.dfl_ccmab import dfl_ccmab
 from bandits.epsilon_greedy import epsilon_greedy
+from bandits.local_accuracy import local_accuracy
 from bandits.per_server import per_server_epsilon_greedy, per_server_random
 from bandits.rbcs_f import RBCSFState, fedcs, lower_confidence_bound, rbcs_f, theory_exploration
 from bandits.thompson import thompson
@@ -22,6 +23,7 @@ REGISTRY = {
     "epsilon_greedy": epsilon_greedy,
     "fedcs": fedcs,
     "group_round_robin": group_round_robin,
+    "local_accuracy": local_accuracy,
     "modified_cs_ucb": modified_cs_ucb,
     "oracle": lambda num_clients, num_selected: oracle(),
     "per_server_epsilon_greedy": per_server_epsilon_greedy,
@@ -51,6 +53,7 @@ __all__ = [
     "fixed",
     "group_round_robin",
     "kernels",
+    "local_accuracy",
     "lower_confidence_bound",
     "make",
     "modified_cs_ucb",

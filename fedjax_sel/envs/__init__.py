@@ -7,6 +7,7 @@
 from fedjax_sel.envs.dfl_delay import DFLDelayState, DFLRound, dfl_delay
 from fedjax_sel.envs.exchange_time import ExchangeTimeState, exchange_time, true_coefficients
 from fedjax_sel.envs.stationary import StationaryState, bernoulli, beta, gaussian
+from fedjax_sel.envs.training import TrainingState, training
 from fedjax_sel.envs.wireless_latency import WirelessState, wireless_latency
 
 REGISTRY = {
@@ -15,6 +16,7 @@ REGISTRY = {
     "dfl_delay": dfl_delay,
     "exchange_time": exchange_time,
     "gaussian": gaussian,
+    "training": training,
     "wireless_latency": wireless_latency,
 }
 
@@ -40,6 +42,8 @@ __all__ = [
     "make",
     "REGISTRY",
     "StationaryState",
+    "training",
+    "TrainingState",
     "true_coefficients",
     "wireless_latency",
     "WirelessState",

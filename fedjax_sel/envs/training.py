@@ -1,0 +1,338 @@
+"""Training-backed environment: the global model lives in the state; rounds train it.
+
+Round t: the server sees which clients are available (and, optionally, each client's
+local accuracy of the current model); the policy picks a cohort; the k selected
+clients are gathered into k fixed slots (a fixed-size gather, never all N), run local
+SGD in parallel (`vmap` over slots), and their updates are aggregated (FedAvg, FedSGD,
+hierarchical or decentralized); the new global model is evaluated on the test set and
+the result becomes the feedback.
+
+Latency model (a simple stand-in for the papers' wireless models): client i has a mean
+round latency `mu_i`, drawn per trial uniformly in `latency_range` (or fixed); each
+round its latency is the shifted exponential `mu_i (1 - v + v E)`, `E ~ Exp(1)` (the
+usual straggler model of distributed computing: a deterministic part plus an
+exponential tail; mean `mu_i`), capped at the deadline `tau_max` when one is set; a
+client whose raw latency reaches the deadline fails (Xia et al. eq. 4). The round latency is
+the slowest selected client's. Availability is Bernoulli per client and round.
+
+Feedback (`feedback`):
+  - "latency": r_i = 1 - tau_i / tau_max (Xia et al. §III.B), needs a deadline;
+  - "success": r_i = 1 if client i met the deadline (Qu et al.'s X_n);
+  - "accuracy": r_i = test accuracy of the new global model, for every selected i;
+  - "loss_decrease": r_i = test loss before minus after the round, for every selected i;
+  - "opinions": r_i = accuracy of the new model on client i's held-out data, observed
+    for every client with held-out data (Tong et al.'s test opinions), also in
+    `Feedback.info["opinions"]`.
+For "latency" and "success" the expected reward of a client is known in closed form,
+so the environment has an oracle and pseudo-regret is defined; for the model-based
+feedbacks it has no oracle and `RoundStats` reports the realized value as both expected
+and oracle value (zero regret), keeping the accuracy and loss curves as the metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bandits.kernels import top_k_mask
+from fedjax_sel import validation
+from fedjax_sel.data.federated import FederatedData
+from fedjax_sel.fl import aggregate
+from fedjax_sel.fl.client import local_sgd
+from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
+from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
+from models.base import Model
+
+ALGORITHMS = ("fedavg", "fedsgd", "hierarchical", "decentralized")
+FEEDBACKS = ("latency", "success", "accuracy", "loss_decrease", "opinions")
+
+
+class TrainingState(NamedTuple):
+    """One trial's training run.
+
+    Attributes:
+      server: the aggregator's state (global, edge or server models).
+      mean_latency: f32[N], mu_i, each client's mean round latency in seconds.
+      loss: f32[], test loss of the current global model.
+    """
+
+    server: Any
+    mean_latency: chex.Array
+    loss: chex.Array
+
+
+def _check_data(data: FederatedData, model: Model, num_clients: int) -> None:
+    if not isinstance(data, FederatedData):
+        raise ValueError(
+            f"data must be a fedjax_sel.data.FederatedData, got {type(data).__name__}."
+        )
+    if not isinstance(model, Model):
+        raise ValueError(f"model must be a models.Model, got {type(model).__name__}.")
+    n = data.x.shape[0]
+    if n != num_clients:
+        raise ValueError(f"num_clients must equal the data's {n} clients, got {num_clients}.")
+    feature_shape = tuple(data.x.shape[2:])
+    if feature_shape != tuple(model.input_shape):
+        raise ValueError(
+            f"data features have shape {feature_shape} but model {model.name!r} expects "
+            f"input_shape {tuple(model.input_shape)}."
+        )
+    for name in ("x_heldout", "x_test"):
+        got = tuple(getattr(data, name).shape[2 if name == "x_heldout" else 1 :])
+        if got != feature_shape:
+            raise ValueError(f"data.{name} features have shape {got}, expected {feature_shape}.")
+    if data.num_classes != model.num_classes:
+        raise ValueError(
+            f"data has {data.num_classes} classes but model {model.name!r} outputs "
+            f"{model.num_classes}."
+        )
+    counts = np.asarray(data.counts)
+    if counts.shape != (n,) or np.any(counts < 1) or np.any(counts > data.x.shape[1]):
+        raise ValueError(f"data.counts must be int32[{n}] in [1, {data.x.shape[1]}].")
+
+
+def expected_client_reward(
+    mean_latency: chex.Array, spread: float, deadline_s: float, feedback: str
+) -> chex.Array:
+    r"""Expected reward of each client under the shifted-exponential latency model.
+
+    With :math:`\tau = a + b E`, :math:`E \sim \mathrm{Exp}(1)`, shift
+    :math:`a = \mu (1 - v)` and scale :math:`b = \mu v` (`spread` v), and
+    :math:`x = \max(D - a, 0)`: :math:`\Pr[\tau < D] = 1 - e^{-x/b}` ("success") and
+    :math:`E[\min(\tau, D)] = \min(a, D) + b (1 - e^{-x/b})`, so the "latency" reward
+    :math:`1 - \min(\tau, D)/D` has mean :math:`1 - E[\min(\tau, D)]/D`.
+
+    Args:
+      mean_latency: f32[N], mu_i.
+      spread: v in (0, 1].
+      deadline_s: D > 0.
+      feedback: "success" or "latency".
+    """
+    shift, scale = mean_latency * (1.0 - spread), mean_latency * spread
+    within = 1.0 - jnp.exp(-jnp.maximum(deadline_s - shift, 0.0) / scale)
+    if feedback == "success":
+        return within
+    return 1.0 - (jnp.minimum(shift, deadline_s) + scale * within) / deadline_s
+
+
+def training(
+    num_clients: int,
+    num_selected: int,
+    data: FederatedData,
+    model: Model,
+    algorithm: str = "fedavg",
+    learning_rate: float = 0.05,
+    batch_size: int = 32,
+    num_epochs: int | None = 1,
+    num_steps: int | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+    weighting: str = "examples",
+    feedback: str = "accuracy",
+    latency_range: tuple[float, float] = (1.0, 5.0),
+    mean_latency: chex.Array | None = None,
+    latency_spread: float = 0.5,
+    deadline_s: float | None = None,
+    drop_late: bool | None = None,
+    availability=1.0,
+    num_groups: int = 1,
+    client_group: chex.Array | None = None,
+    period: int = 5,
+    min_updates: int = 1,
+    mixing: chex.Array | None = None,
+    observe_local_accuracy: bool = False,
+) -> Env:
+    """A federated training run as an environment.
+
+    Args:
+      num_clients: N, the number of clients of `data`.
+      num_selected: k, cohort slots trained per round (1 <= k <= N); a decision that
+        selects more trains its k lowest-indexed clients.
+      data: the federated dataset (`x[N, n_max, ...]`, counts, held-out and test sets).
+      model: the classifier; its `input_shape` and `num_classes` must fit `data`.
+      algorithm: "fedavg" (E local epochs, weighted mean), "fedsgd" (Xia et al. eq. 3:
+        one minibatch gradient step per round, `num_steps` steps if given),
+        "hierarchical" (Qu et al.) or "decentralized" (Chen et al.).
+      learning_rate: local learning rate > 0 (gamma, eta, lambda in the papers).
+      batch_size: local minibatch size >= 1 (rho = 2 in Xia et al.).
+      num_epochs: local epochs E >= 1, or None with `num_steps`.
+      num_steps: fixed local minibatch steps >= 1 instead of epochs.
+      optimizer: an optax optimizer replacing plain SGD.
+      weighting: "examples" or "uniform" aggregation weights (FedAvg/FedSGD).
+      feedback: one of `FEEDBACKS` (module docstring).
+      latency_range: (low, high), 0 < low <= high, seconds; mu_i ~ U[low, high].
+      mean_latency: f32[N] > 0 fixed mu_i instead of drawing them per trial.
+      latency_spread: v in (0, 1], the random share of the latency: a client's
+        latency is at least mu_i (1 - v) and has standard deviation mu_i v.
+      deadline_s: tau_max > 0, or None for no deadline.
+      drop_late: drop updates that missed the deadline; None takes each algorithm's
+        paper default (FedSGD/FedAvg: drop, Xia spec A20; decentralized: keep, Chen
+        spec A9; hierarchical always uses Qu's eq. 6 with its fastest-Z fallback).
+      availability: probability in [0, 1] (or f32[N]) that a client is available.
+      num_groups: edge servers M (hierarchical) or servers S (decentralized).
+      client_group: int32[N] in [0, num_groups), each client's fixed server; None
+        assigns client i to server i mod num_groups. A `Decision.assignment` overrides it.
+      period: T_ES, edge rounds between cloud aggregations (hierarchical).
+      min_updates: Z, minimum updates per edge server (hierarchical).
+      mixing: f32[S, S] row-stochastic exchange matrix (decentralized); None for the
+        paper's exact data-weighted exchange.
+      observe_local_accuracy: put each client's held-out accuracy of the current model
+        in `RoundInput.info["local_accuracy"]` (for local-accuracy scheduling).
+
+    Returns:
+      An `Env` whose `RoundStats` carry the test `loss` and `accuracy` of the global
+      model after each round.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    _check_data(data, model, n)
+    k = validation.num_selected(num_selected, n)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}.")
+    if feedback not in FEEDBACKS:
+        raise ValueError(f"feedback must be one of {FEEDBACKS}, got {feedback!r}.")
+    if algorithm == "fedsgd":
+        num_steps, num_epochs = num_steps or 1, None
+    elif num_steps is not None:
+        num_epochs = None
+    update_fn = local_sgd(model.apply, learning_rate, batch_size, num_epochs, num_steps, optimizer)
+    low = validation.positive_float("latency_range[0]", latency_range[0])
+    high = validation.positive_float("latency_range[1]", latency_range[1])
+    if low > high:
+        raise ValueError(f"latency_range must satisfy low <= high, got {latency_range}.")
+    fixed_latency = None
+    if mean_latency is not None:
+        fixed_latency = jnp.asarray(
+            validation.array_in_range("mean_latency", mean_latency, (n,), 1e-9)
+        )
+    spread = validation.float_in_range("latency_spread", latency_spread, 0.0, 1.0, low_open=True)
+    deadline = None if deadline_s is None else validation.positive_float("deadline_s", deadline_s)
+    if feedback in ("latency", "success") and deadline is None:
+        raise ValueError(f"feedback={feedback!r} needs a deadline_s.")
+    avail = jnp.asarray(validation.probabilities("availability", availability, n))
+    groups = validation.positive_int("num_groups", num_groups)
+    if client_group is None:
+        home = jnp.arange(n, dtype=jnp.int32) % groups
+    else:
+        home = np.asarray(client_group)
+        if home.shape != (n,) or np.any(home < 0) or np.any(home >= groups):
+            raise ValueError(f"client_group must be int32[{n}] in [0, {groups}), got {home!r}.")
+        home = jnp.asarray(home, jnp.int32)
+    if algorithm in ("fedavg", "fedsgd"):
+        agg = aggregate.fedavg(weighting, True if drop_late is None else drop_late)
+    elif algorithm == "hierarchical":
+        agg = aggregate.hierarchical(groups, period, min_updates)
+    else:
+        agg = aggregate.decentralized(groups, mixing, False if drop_late is None else drop_late)
+    has_oracle = feedback in ("latency", "success")
+
+    def test_metrics(params):
+        return evaluate(model.apply, params, data.x_test, data.y_test)
+
+    def reset(key):
+        params = model.init(jax.random.fold_in(key, 0))
+        if fixed_latency is None:
+            mu = jax.random.uniform(jax.random.fold_in(key, 1), (n,), minval=low, maxval=high)
+        else:
+            mu = fixed_latency
+        return TrainingState(agg.init(params), mu, test_metrics(params)[0])
+
+    def observe(state, t, key):
+        available = jax.random.uniform(key, (n,)) < avail
+        info = None
+        if observe_local_accuracy:
+            params = agg.global_params(state.server)
+            _, acc = evaluate_clients(
+                model.apply, params, data.x_heldout, data.y_heldout, data.heldout_counts
+            )
+            info = {"local_accuracy": acc}
+        return RoundInput(t=jnp.asarray(t, jnp.int32), available=available, info=info)
+
+    def oracle(state, round_input):
+        return Decision(
+            top_k_mask(
+                expected_client_reward(state.mean_latency, spread, deadline, feedback),
+                round_input.available,
+                k,
+            )
+        )
+
+    def step(state, round_input, decision, key):
+        latency_key, train_key = jax.random.split(key)
+        selected = decision.selected
+        noise = jax.random.exponential(latency_key, (n,))
+        raw = state.mean_latency * (1.0 - spread + spread * noise)
+        if deadline is None:
+            latency, success = raw, jnp.ones((n,), bool)
+        else:
+            latency, success = jnp.minimum(raw, deadline), raw < deadline
+
+        slots = jnp.nonzero(selected, size=k, fill_value=0)[0]
+        valid = jnp.arange(k) < jnp.sum(selected)
+        counts = jnp.where(valid, data.counts[slots], 0)
+        assignment = home if decision.assignment is None else decision.assignment
+        group = assignment[slots]
+        start = agg.client_params(state.server, group)
+        keys = jax.vmap(lambda c: jax.random.fold_in(train_key, c))(slots)
+        result = jax.vmap(update_fn, in_axes=(0, None, None, 0, 0, 0))(
+            start, data.x, data.y, slots, counts, keys
+        )
+        cohort = aggregate.Cohort(
+            valid=valid,
+            arrived=success[slots],
+            num_examples=counts.astype(jnp.float32),
+            group=group,
+            latency=latency[slots],
+        )
+        server = agg.update(state.server, result.delta, cohort)
+        params = agg.global_params(server)
+        loss, accuracy = test_metrics(params)
+
+        observed, info = selected, None
+        if feedback == "latency":
+            reward = 1.0 - latency / deadline
+        elif feedback == "success":
+            reward = success.astype(jnp.float32)
+        elif feedback == "accuracy":
+            reward = jnp.full((n,), accuracy)
+        elif feedback == "loss_decrease":
+            reward = jnp.full((n,), state.loss - loss)
+        else:
+            _, reward = evaluate_clients(
+                model.apply, params, data.x_heldout, data.y_heldout, data.heldout_counts
+            )
+            observed, info = data.heldout_counts > 0, {"opinions": reward}
+
+        if has_oracle:
+            mean = expected_client_reward(state.mean_latency, spread, deadline, feedback)
+            best = oracle(state, round_input).selected
+            value = jnp.sum(jnp.where(selected, reward, 0.0))
+            expected = jnp.sum(jnp.where(selected, mean, 0.0))
+            best_value = jnp.sum(jnp.where(best, mean, 0.0))
+        else:
+            value = jnp.sum(jnp.where(observed, reward, 0.0)) / jnp.maximum(jnp.sum(observed), 1)
+            expected = best_value = value
+        stats = RoundStats(
+            expected_reward=expected,
+            oracle_reward=best_value,
+            reward=value,
+            latency=jnp.max(jnp.where(selected, latency, 0.0)),
+            num_failed=jnp.sum(selected & ~success).astype(jnp.float32),
+            loss=loss,
+            accuracy=accuracy,
+        )
+        feedback_out = Feedback(
+            observed=observed, reward=reward, latency=latency, success=success, info=info
+        )
+        return feedback_out, TrainingState(server, state.mean_latency, loss), stats
+
+    return Env(
+        reset=reset,
+        observe=observe,
+        step=step,
+        oracle=oracle if has_oracle else None,
+        num_clients=n,
+    )

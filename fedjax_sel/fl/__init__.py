@@ -1,0 +1,31 @@
+"""Federated training: local SGD on clients, server aggregation, training metrics."""
+
+from fedjax_sel.fl.aggregate import (
+    Aggregator,
+    Cohort,
+    HierarchicalState,
+    decentralized,
+    fedavg,
+    hierarchical,
+    weighted_mean_update,
+)
+from fedjax_sel.fl.client import ClientResult, local_sgd, masked_cross_entropy
+from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
+from fedjax_sel.fl.metrics import rounds_to_accuracy, time_to_accuracy
+
+__all__ = [
+    "Aggregator",
+    "ClientResult",
+    "Cohort",
+    "HierarchicalState",
+    "decentralized",
+    "evaluate",
+    "evaluate_clients",
+    "fedavg",
+    "hierarchical",
+    "local_sgd",
+    "masked_cross_entropy",
+    "rounds_to_accuracy",
+    "time_to_accuracy",
+    "weighted_mean_update",
+]

@@ -1,0 +1,189 @@
+"""Client update: local minibatch SGD as a pure function of one client's padded data.
+
+Client `c` owns `x[c, :count]`, `y[c, :count]` of arrays padded to `n_max` rows. Its update
+runs either E epochs of shuffled minibatches or a fixed number of minibatch steps with
+an optax optimizer, starting from the model it downloaded, and returns the change of
+its parameters. Padding never reaches the loss: each minibatch carries a validity mask,
+and a minibatch with no valid example leaves parameters and optimizer state unchanged,
+so a client padded to any `n_max` trains exactly as the same client unpadded. A client
+with `count = 0` (an empty cohort slot) returns a zero update.
+
+Shuffles and minibatch draws are built from `fold_in(key, i)` per position `i`, so they
+depend on the key and the count only, never on `n_max`. The update reads its minibatches
+straight from the shared arrays of all clients, so a cohort of k clients `vmap`-ed over
+M trials holds M x k models and minibatches, never copies of the clients' data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from fedjax_sel import validation
+
+Params = Any
+
+
+class ClientResult(NamedTuple):
+    """What one client sends back.
+
+    Attributes:
+      delta: pytree like the parameters, trained minus downloaded parameters.
+      loss: f32[], mean minibatch training loss over the steps taken (0 if none).
+      num_steps: f32[], minibatch steps that held at least one real example.
+    """
+
+    delta: Params
+    loss: chex.Array
+    num_steps: chex.Array
+
+
+ClientUpdate = Callable[
+    [Params, chex.Array, chex.Array, chex.Array, chex.Array, chex.PRNGKey], ClientResult
+]
+
+
+def masked_cross_entropy(logits: chex.Array, labels: chex.Array, mask: chex.Array) -> chex.Array:
+    """Mean softmax cross-entropy over the rows where `mask` holds (0 if none).
+
+    Args:
+      logits: f32[B, C].
+      labels: int32[B].
+      mask: bool[B] or f32[B], real examples.
+    """
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    mask = mask.astype(losses.dtype)
+    return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def _uniform_per_position(key: chex.PRNGKey, size: int) -> chex.Array:
+    """f32[size] uniforms whose i-th value depends on (key, i) only, not on `size`."""
+    return jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i)))(jnp.arange(size))
+
+
+def _epoch_batches(key, count, n_max, batch_size):
+    """int32[S, B] example indices and bool[S, B] masks of one shuffled epoch.
+
+    The `count` real examples come first, in a uniformly random order; the rest of the
+    `S = ceil(n_max / B)` batches hold padding only and are masked out.
+    """
+    steps = -(-n_max // batch_size)
+    position = jnp.arange(n_max)
+    priority = jnp.where(position < count, _uniform_per_position(key, n_max), 2.0 + position)
+    order = jnp.argsort(priority, stable=True)
+    order = jnp.concatenate([order, jnp.zeros((steps * batch_size - n_max,), order.dtype)])
+    valid = jnp.arange(steps * batch_size) < count
+    return order.reshape(steps, batch_size), valid.reshape(steps, batch_size)
+
+
+def _sampled_batches(key, count, num_steps, batch_size):
+    """int32[S, B] indices drawn uniformly with replacement among the real examples."""
+
+    def draw(step):
+        u = _uniform_per_position(jax.random.fold_in(key, step), batch_size)
+        return jnp.minimum(jnp.floor(u * count).astype(jnp.int32), jnp.maximum(count - 1, 0))
+
+    index = jax.vmap(draw)(jnp.arange(num_steps))
+    return index, jnp.broadcast_to(count > 0, index.shape)
+
+
+def local_sgd(
+    apply_fn: Callable[[Params, chex.Array], chex.Array],
+    learning_rate: float = 0.01,
+    batch_size: int = 32,
+    num_epochs: int | None = 1,
+    num_steps: int | None = None,
+    optimizer: optax.GradientTransformation | None = None,
+) -> ClientUpdate:
+    """Builds a client update: minibatch SGD on the client's real examples.
+
+    The local rule of FedAvg (McMahan et al., 2017, Algorithm 1 ClientUpdate):
+    `w <- w - eta * grad l(w; b)` over minibatches `b`, for E epochs or a fixed number of
+    steps. One step of batch `rho` is the local rule of FedSGD (Xia et al., eq. 3).
+
+    Args:
+      apply_fn: `(params, x f32[B, ...]) -> logits f32[B, C]`.
+      learning_rate: eta > 0 of the default optimizer `optax.sgd`.
+      batch_size: B >= 1 examples per minibatch.
+      num_epochs: E >= 1 shuffled passes over the client's data; None when
+        `num_steps` is given.
+      num_steps: a fixed number >= 1 of minibatches drawn with replacement; None when
+        `num_epochs` is given.
+      optimizer: an optax optimizer replacing `optax.sgd(learning_rate)`; its state
+        starts fresh at every round.
+
+    Returns:
+      `update(params, x f32[N, n_max, ...], y int32[N, n_max], client int32[],
+      count int32[], key) -> ClientResult`, training on `x[client, :count]`; pure and
+      `vmap`-able over clients and trials.
+    """
+    lr = validation.positive_float("learning_rate", learning_rate)
+    batch_size = validation.positive_int("batch_size", batch_size)
+    if (num_epochs is None) == (num_steps is None):
+        raise ValueError(
+            f"exactly one of num_epochs and num_steps must be given, got num_epochs="
+            f"{num_epochs!r}, num_steps={num_steps!r}."
+        )
+    if num_epochs is not None:
+        num_epochs = validation.positive_int("num_epochs", num_epochs)
+    else:
+        num_steps = validation.positive_int("num_steps", num_steps)
+    if optimizer is None:
+        optimizer = optax.sgd(lr)
+    elif not isinstance(optimizer, optax.GradientTransformation):
+        raise ValueError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r}.")
+
+    def loss_fn(params, xb, yb, mb):
+        return masked_cross_entropy(apply_fn(params, xb), yb, mb)
+
+    def run_batches(carry, rows, index, valid):
+        """Minibatch steps; `rows(index)` gathers one minibatch of the client's examples."""
+
+        def step(carry, batch):
+            params, opt_state = carry
+            idx, mb = batch
+            loss, grads = jax.value_and_grad(loss_fn)(params, *rows(idx), mb)
+            updates, new_opt_state = optimizer.update(grads, opt_state, params)
+            new_params = optax.apply_updates(params, updates)
+            # A batch of padding only is no step at all: nothing moves, not even the
+            # optimizer's counters, so padding cannot change the trajectory.
+            taken = jnp.any(mb)
+            keep = lambda new, old: jnp.where(taken, new, old)
+            carry = (
+                jax.tree.map(keep, new_params, params),
+                jax.tree.map(keep, new_opt_state, opt_state),
+            )
+            return carry, (jnp.where(taken, loss, 0.0), taken.astype(jnp.float32))
+
+        return lax.scan(step, carry, (index, valid))
+
+    def update(params, x, y, client, count, key):
+        x, y = jnp.asarray(x), jnp.asarray(y)
+        n_max = x.shape[1]
+        if y.shape != x.shape[:2]:
+            raise ValueError(f"y must have shape {x.shape[:2]} to match x, got {y.shape}.")
+        # Indexing the client's rows inside the scan gathers only the minibatch.
+        rows = lambda idx: (x[client, idx], y[client, idx])
+        count = jnp.asarray(count, jnp.int32)
+        carry = (params, optimizer.init(params))
+        if num_epochs is not None:
+
+            def epoch(carry, e):
+                index, valid = _epoch_batches(jax.random.fold_in(key, e), count, n_max, batch_size)
+                return run_batches(carry, rows, index, valid)
+
+            carry, (losses, taken) = lax.scan(epoch, carry, jnp.arange(num_epochs))
+        else:
+            index, valid = _sampled_batches(key, count, num_steps, batch_size)
+            carry, (losses, taken) = run_batches(carry, rows, index, valid)
+        steps = jnp.sum(taken)
+        delta = jax.tree.map(jnp.subtract, carry[0], params)
+        return ClientResult(delta, jnp.sum(losses) / jnp.maximum(steps, 1.0), steps)
+
+    return update

@@ -1,0 +1,41 @@
+"""Training metrics over `Results` curves: rounds-to-accuracy and time-to-accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedjax_sel.results import Results
+
+
+def _first_round(results: Results, policy: str, target: float) -> int | None:
+    if "accuracy" not in results.curves[policy]:
+        raise ValueError(f"policy {policy!r} has no accuracy curve (not a training environment).")
+    accuracy = np.asarray(results.curves[policy]["accuracy"]["mean"])
+    reached = np.nonzero(accuracy >= target)[0]
+    return int(reached[0]) + 1 if reached.size else None
+
+
+def rounds_to_accuracy(results: Results, policy: str, target: float) -> int | None:
+    """The first round (1-based) whose mean test accuracy over trials reaches `target`.
+
+    Args:
+      results: a training environment's results (with an "accuracy" curve).
+      policy: the policy's name.
+      target: accuracy in [0, 1].
+
+    Returns:
+      The round, or None if the mean accuracy never reaches `target`.
+    """
+    return _first_round(results, policy, target)
+
+
+def time_to_accuracy(results: Results, policy: str, target: float) -> float | None:
+    """Mean cumulative wall-clock latency (s) at the round `rounds_to_accuracy` returns.
+
+    Returns:
+      Seconds, or None if the mean accuracy never reaches `target`.
+    """
+    t = _first_round(results, policy, target)
+    if t is None:
+        return None
+    return float(results.curves[policy]["cumulative_latency"]["mean"][t - 1])

@@ -1,0 +1,67 @@
+"""Shared pieces of the training reproductions: running policies, plotting, numbers.
+
+The training figures default to synthetic data and small flax models
+(`fedjax_sel.fl._standins`), so they run offline; each figure module says which dataset
+and model of the paper they stand in for.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import fedjax_sel
+from fedjax_sel import fl
+from fedjax_sel.results import Results
+
+
+def run_policies(policies, env, options, rounds: int, trials: int, config: dict) -> Results:
+    """Simulates every policy on the same environment draws (common random numbers)."""
+    return fedjax_sel.simulate(
+        policies,
+        env,
+        num_rounds=options.num_rounds or rounds,
+        num_trials=options.num_trials or trials,
+        seed=options.seed,
+        config=config,
+        progress=None,
+    )
+
+
+def final_accuracy(results: Results, policy: str, last: int = 5) -> float:
+    """Mean test accuracy over the last `last` rounds (smooths round-to-round jitter)."""
+    return float(np.mean(results.curves[policy]["accuracy"]["mean"][-last:]))
+
+
+def time_to(results: Results, policy: str, target: float) -> float:
+    """`fl.time_to_accuracy`, with infinity where the target is never reached."""
+    t = fl.time_to_accuracy(results, policy, target)
+    return float("inf") if t is None else t
+
+
+def plot_accuracy(results: Results, path: str, title: str, time_axis: bool) -> None:
+    """Test accuracy against rounds (and against wall-clock time) per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    panels = 2 if time_axis else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
+    for policy in results.policies:
+        mean, half = results.curve(policy, "accuracy")
+        rounds = np.arange(1, mean.size + 1)
+        axes[0, 0].plot(rounds, mean, label=policy)
+        axes[0, 0].fill_between(rounds, mean - half, mean + half, alpha=0.2)
+        if time_axis:
+            elapsed = results.curves[policy]["cumulative_latency"]["mean"]
+            axes[0, 1].plot(elapsed, mean, label=policy)
+    axes[0, 0].set(xlabel="round", ylabel="test accuracy", title=title)
+    if time_axis:
+        axes[0, 1].set(xlabel="wall-clock time (s)", ylabel="test accuracy")
+    axes[0, 0].legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,213 @@
+"""Local SGD and aggregation: vmap against loops, padding, hand-worked aggregations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedjax_sel import fl
+from fedjax_sel.fl import _standins
+
+FEATURES, CLASSES = 5, 3
+
+
+@pytest.fixture(scope="module")
+def model():
+    return _standins.dense_classifier((FEATURES,), CLASSES, hidden=(4,))
+
+
+@pytest.fixture(scope="module")
+def clients():
+    rng = np.random.default_rng(0)
+    n, n_max = 4, 11
+    counts = np.array([11, 7, 1, 4], np.int32)
+    x = rng.normal(size=(n, n_max, FEATURES)).astype(np.float32)
+    y = rng.integers(0, CLASSES, size=(n, n_max)).astype(np.int32)
+    pad = np.arange(n_max)[None, :] >= counts[:, None]
+    x[pad], y[pad] = 0.0, 0
+    return x, y, counts
+
+
+def _tree_allclose(a, b, **kw):
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), **kw)
+
+
+@pytest.mark.parametrize("mode", [{"num_epochs": 2}, {"num_epochs": None, "num_steps": 3}])
+def test_vmapped_update_equals_sequential_loop(model, clients, mode):
+    x, y, counts = clients
+    update = fl.local_sgd(model.apply, learning_rate=0.3, batch_size=3, **mode)
+    params = model.init(jax.random.PRNGKey(0))
+    keys = jax.random.split(jax.random.PRNGKey(1), len(counts))
+    clients = np.arange(len(counts))
+    batched = jax.jit(jax.vmap(update, in_axes=(None, None, None, 0, 0, 0)))(
+        params, x, y, clients, counts, keys
+    )
+    single = jax.jit(update)
+    for i in range(len(counts)):
+        one = single(params, x[i : i + 1], y[i : i + 1], 0, counts[i], keys[i])
+        _tree_allclose(
+            jax.tree.map(lambda d, i=i: d[i], batched.delta), one.delta, rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(batched.loss[i], one.loss, rtol=1e-5)
+        assert float(one.num_steps) > 0
+        assert any(float(jnp.abs(d).max()) > 0 for d in jax.tree.leaves(one.delta))
+
+
+@pytest.mark.parametrize("mode", [{"num_epochs": 3}, {"num_epochs": None, "num_steps": 4}])
+def test_padded_client_trains_exactly_as_unpadded(model, clients, mode):
+    x, y, counts = clients
+    # Adam has step counters: a skipped all-padding batch must not advance them.
+    update = fl.local_sgd(model.apply, 0.1, 3, optimizer=optax.adam(0.05), **mode)
+    params = model.init(jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(7)
+    c = int(counts[1])
+    padded = update(params, x, y, 1, counts[1], key)
+    unpadded = update(params, x[1:2, :c], y[1:2, :c], 0, c, key)
+    more = update(
+        params, np.pad(x, ((0, 0), (0, 9), (0, 0))), np.pad(y, ((0, 0), (0, 9))), 1, c, key
+    )
+    _tree_allclose(padded.delta, unpadded.delta, rtol=1e-6, atol=1e-7)
+    _tree_allclose(more.delta, unpadded.delta, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(padded.num_steps, unpadded.num_steps)
+    expected_steps = 3 * -(-c // 3) if "num_steps" not in mode else 4
+    assert float(unpadded.num_steps) == expected_steps
+
+
+def test_empty_client_returns_zero_update(model, clients):
+    x, y, _ = clients
+    update = fl.local_sgd(model.apply, 0.5, 4, num_epochs=2)
+    result = update(model.init(jax.random.PRNGKey(0)), x, y, 0, 0, jax.random.PRNGKey(0))
+    assert all(np.all(np.asarray(d) == 0.0) for d in jax.tree.leaves(result.delta))
+    assert float(result.num_steps) == 0.0 and float(result.loss) == 0.0
+
+
+def _cohort(valid, arrived, num_examples, group=None, latency=None):
+    k = len(valid)
+    return fl.Cohort(
+        valid=jnp.asarray(valid),
+        arrived=jnp.asarray(arrived),
+        num_examples=jnp.asarray(num_examples, jnp.float32),
+        group=jnp.asarray(group if group is not None else [0] * k, jnp.int32),
+        latency=jnp.asarray(latency if latency is not None else [1.0] * k, jnp.float32),
+    )
+
+
+def test_fedavg_by_hand():
+    params = {"w": jnp.array([1.0, -1.0])}
+    deltas = {"w": jnp.array([[1.0, 2.0], [3.0, 4.0], [100.0, 100.0], [50.0, 50.0]])}
+    # Slot 2 is empty, slot 3 missed the deadline.
+    cohort = _cohort([True, True, False, True], [True, True, True, False], [1, 3, 9, 5])
+    got = fl.fedavg().update(params, deltas, cohort)["w"]
+    np.testing.assert_allclose(got, [1 + (1 + 9) / 4, -1 + (2 + 12) / 4], rtol=1e-6)
+    kept = fl.fedavg(drop_late=False).update(params, deltas, cohort)["w"]
+    np.testing.assert_allclose(kept, [1 + (1 + 9 + 250) / 9, -1 + (2 + 12 + 250) / 9], rtol=1e-6)
+    uniform = fl.fedavg("uniform").update(params, deltas, cohort)["w"]
+    np.testing.assert_allclose(uniform, [1 + 2.0, -1 + 3.0], rtol=1e-6)
+    nobody = _cohort([True, False], [False, True], [1, 1])
+    two = {"w": deltas["w"][:2]}
+    np.testing.assert_array_equal(fl.fedavg().update(params, two, nobody)["w"], params["w"])
+
+
+def test_fedsgd_step_by_hand():
+    """One local step of batch 1 + FedAvg is Xia et al. eq. (3), worked in numpy."""
+    model = _standins.dense_classifier((2,), 2)
+    params = jax.tree.map(jnp.zeros_like, model.init(jax.random.PRNGKey(0)))
+    gamma = 0.5
+    xs = np.array([[[1.0, 2.0]], [[-1.0, 0.5]]], np.float32)
+    ys = np.array([[0], [1]], np.int32)
+    weights = np.array([2.0, 6.0])
+    update = fl.local_sgd(model.apply, gamma, batch_size=1, num_epochs=None, num_steps=1)
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    result = jax.vmap(update, in_axes=(None, None, None, 0, 0, 0))(
+        params, xs, ys, jnp.arange(2), jnp.array([1, 1]), keys
+    )
+    new = fl.fedavg().update(params, result.delta, _cohort([True, True], [True, True], weights))
+    # Zero weights: softmax is uniform, grad_W = (p - onehot) x^T, grad_b = p - onehot.
+    grads_w, grads_b = [], []
+    for x, y in zip(xs[:, 0], ys[:, 0], strict=True):
+        err = np.full(2, 0.5) - np.eye(2)[y]
+        grads_w.append(np.outer(x, err))
+        grads_b.append(err)
+    v_w = (weights[:, None, None] * np.array(grads_w)).sum(0) / weights.sum()
+    v_b = (weights[:, None] * np.array(grads_b)).sum(0) / weights.sum()
+    dense = new["params"]["Dense_0"]
+    np.testing.assert_allclose(dense["kernel"], -gamma * v_w, rtol=1e-6)
+    np.testing.assert_allclose(dense["bias"], -gamma * v_b, rtol=1e-6)
+
+
+def test_hierarchical_by_hand():
+    agg = fl.hierarchical(num_edges=2, period=2, min_updates=1)
+    state = agg.init({"w": jnp.array(0.0)})
+    deltas = {"w": jnp.array([2.0, 4.0, 10.0, 20.0, 99.0])}
+    # Edge 0: slots 0, 1 arrive (mean 3). Edge 1: slots 2, 3 are late, slot 4 empty;
+    # with Z = 1 the edge waits for its fastest selected client, slot 3.
+    cohort = _cohort(
+        valid=[True, True, True, True, False],
+        arrived=[True, True, False, False, True],
+        num_examples=[1, 1, 1, 1, 1],
+        group=[0, 0, 1, 1, 1],
+        latency=[1.0, 2.0, 9.0, 7.0, 0.1],
+    )
+    state = agg.update(state, deltas, cohort)
+    np.testing.assert_allclose(state.edge_params["w"], [3.0, 20.0])
+    np.testing.assert_allclose(agg.global_params(state)["w"], 11.5)
+    starts = agg.client_params(state, jnp.array([1, 0, 1]))["w"]
+    np.testing.assert_allclose(starts, [20.0, 3.0, 20.0])
+    # Round 2 (= T_ES): edge 0 gets nobody and keeps 3; edge 1 adds 1; cloud averages.
+    cohort2 = cohort._replace(valid=jnp.array([False, False, True, False, False]))
+    state = agg.update(state, {"w": jnp.ones(5)}, cohort2)
+    np.testing.assert_allclose(state.edge_params["w"], [12.0, 12.0])
+    assert int(state.round) == 2
+
+
+def test_decentralized_by_hand():
+    deltas = {"w": jnp.array([[1.0], [3.0], [10.0]])}
+    cohort = _cohort([True, True, True], [True, True, False], [1, 3, 4], group=[0, 0, 1])
+    exact = fl.decentralized(num_servers=2)
+    state = exact.update(exact.init({"w": jnp.zeros(1)}), deltas, cohort)
+    # Eq. (4): server 0 -> (1 + 9) / 4 = 2.5 over n_0 = 4; server 1 -> 10 over n_1 = 4.
+    # Eq. (5): (4 * 2.5 + 4 * 10) / 8 = 6.25, equal to FedAvg over all scheduled clients.
+    np.testing.assert_allclose(state["w"], [[6.25], [6.25]])
+    fedavg = fl.fedavg(drop_late=False).update({"w": jnp.zeros(1)}, deltas, cohort)
+    np.testing.assert_allclose(exact.global_params(state)["w"], fedavg["w"], rtol=1e-6)
+    ring = np.array([[0.75, 0.25], [0.5, 0.5]])
+    mixed = fl.decentralized(2, mixing=ring)
+    state = mixed.update(mixed.init({"w": jnp.zeros(1)}), deltas, cohort)
+    np.testing.assert_allclose(state["w"], [[0.75 * 2.5 + 2.5], [1.25 + 5.0]])
+    np.testing.assert_allclose(mixed.global_params(state)["w"], [(4.375 + 6.25) / 2])
+    late = fl.decentralized(2, drop_late=True).update(
+        mixed.init({"w": jnp.zeros(1)}), deltas, cohort
+    )
+    np.testing.assert_allclose(late["w"], [[2.5], [2.5]])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"learning_rate": -1.0}, "learning_rate"),
+        ({"num_epochs": 0}, "num_epochs"),
+        ({"num_epochs": None, "num_steps": 0}, "num_steps"),
+        ({"num_epochs": 2, "num_steps": 2}, "exactly one"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"optimizer": "adam"}, "optimizer"),
+    ],
+)
+def test_local_sgd_rejects_bad_arguments(model, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        fl.local_sgd(model.apply, **kwargs)
+
+
+def test_aggregators_reject_bad_arguments():
+    with pytest.raises(ValueError, match="weighting"):
+        fl.fedavg("median")
+    with pytest.raises(ValueError, match="period"):
+        fl.hierarchical(2, period=0)
+    with pytest.raises(ValueError, match="min_updates"):
+        fl.hierarchical(2, min_updates=0)
+    with pytest.raises(ValueError, match="rows that sum to 1"):
+        fl.decentralized(2, mixing=[[0.5, 0.2], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="shape"):
+        fl.decentralized(3, mixing=np.eye(2))
