@@ -71,16 +71,17 @@ def _reset_peak() -> None:
 
 
 def measure(fn: Callable[[], Any]) -> dict[str, float | None]:
-    """Runs `fn` once: wall seconds, compile seconds, peak and added resident bytes."""
+    """Runs `fn` once: wall, CPU (all threads) and compile seconds, peak and added RSS."""
     _reset_peak()
     before = _status_kb("VmRSS")
     compiled = _compile_seconds[0]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     peak = _status_kb("VmHWM")
     return {
         "wall_s": wall,
+        "cpu_s": cpu,
         "compile_s": _compile_seconds[0] - compiled,
         "peak_rss_bytes": peak,
         "added_rss_bytes": None if peak is None or before is None else peak - before,
@@ -125,16 +126,10 @@ def bench_jax(
     env = envs.bernoulli(num_clients, k)
     selector = bandits.make(policy, num_clients, k)
 
+    budget = {} if memory_budget_bytes is None else {"memory_budget_bytes": memory_budget_bytes}
+
     def run():
-        fedjax_sel.simulate(
-            selector,
-            env,
-            num_rounds,
-            num_trials,
-            seed=seed,
-            progress=None,
-            memory_budget_bytes=memory_budget_bytes,
-        )
+        fedjax_sel.simulate(selector, env, num_rounds, num_trials, seed, progress=None, **budget)
 
     first = measure(run)
     runs = [measure(run) for _ in range(repeats)]
@@ -147,6 +142,7 @@ def bench_jax(
         "run_s_all": [r["wall_s"] - r["compile_s"] for r in runs],
         "recompile_s": sum(r["compile_s"] for r in runs),
         "client_rounds_per_s": work / run_s,
+        "client_rounds_per_cpu_s": work / statistics.median(r["cpu_s"] for r in runs),
         "peak_rss_bytes": max(r["peak_rss_bytes"] or 0 for r in [first, *runs]) or None,
         "added_rss_bytes": max(r["added_rss_bytes"] or 0 for r in [first, *runs]) or None,
     }
@@ -164,6 +160,7 @@ def bench_numpy(
         "trials": num_trials,
         "run_s": r["wall_s"],
         "client_rounds_per_s": num_trials * num_rounds * num_clients / r["wall_s"],
+        "client_rounds_per_cpu_s": num_trials * num_rounds * num_clients / r["cpu_s"],
         "peak_rss_bytes": r["peak_rss_bytes"],
         "added_rss_bytes": r["added_rss_bytes"],
     }
@@ -205,6 +202,8 @@ def run_suite(
                     "jax": result,
                     "numpy": reference,
                     "ratio": result["client_rounds_per_s"] / reference["client_rounds_per_s"],
+                    "cpu_ratio": result["client_rounds_per_cpu_s"]
+                    / reference["client_rounds_per_cpu_s"],
                 }
                 cells.append(cell)
                 log(_row(cell))
@@ -213,7 +212,7 @@ def run_suite(
 
 HEADER = (
     "| policy | N | trials | JAX client-rounds/s | NumPy client-rounds/s | ratio | "
-    "compile s | JAX peak RSS MB | NumPy peak RSS MB | load |"
+    "ratio per CPU-s | compile s | JAX peak RSS MB | NumPy peak RSS MB | load |"
 )
 
 
@@ -223,6 +222,7 @@ def _row(cell: dict[str, Any]) -> str:
         f"| {cell['policy']} | {cell['num_clients']} | {cell['num_trials']} | "
         f"{cell['jax']['client_rounds_per_s']:.3g} | "
         f"{cell['numpy']['client_rounds_per_s']:.3g} | {cell['ratio']:.2f} | "
+        f"{cell['cpu_ratio']:.2f} | "
         f"{cell['jax']['compile_s']:.2f} | {mb(cell['jax']['peak_rss_bytes'])} | "
         f"{mb(cell['numpy']['peak_rss_bytes'])} | {cell['load_average']:.1f} |"
     )
@@ -235,61 +235,63 @@ def markdown_table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _int_list(name: str, default: list[int], help_: str):
-    return flags.DEFINE_list(name, [str(v) for v in default], help_)
-
-
-_POLICIES = flags.DEFINE_list("policies", sorted(bandits.REGISTRY), "Policies to measure.")
-_NUM_CLIENTS = _int_list("num_clients", [100, 1000, 10000], "Numbers of clients N.")
-_NUM_TRIALS = _int_list("num_trials", [1, 100, 1000, 10000], "Numbers of trials M.")
-_NUM_ROUNDS = flags.DEFINE_integer("num_rounds", 100, "Rounds T per trial.", lower_bound=1)
-_REPEATS = flags.DEFINE_integer("repeats", 2, "Timed runs after the compiling one.", lower_bound=1)
-_REFERENCE_TRIALS = flags.DEFINE_integer(
-    "reference_trials", 2, "Trials of the NumPy reference per (policy, N).", lower_bound=1
-)
-_MAX_CLIENT_ROUNDS = flags.DEFINE_float(
-    "max_client_rounds", 2e9, "Skip cells with more trials x rounds x clients than this."
-)
-_MEMORY_BUDGET = flags.DEFINE_integer(
-    "memory_budget_bytes", None, "Passed to simulate: chunk trials to fit this budget."
-)
-_PRNG_IMPL = flags.DEFINE_enum(
-    "prng_impl",
-    None,
-    ["threefry2x32", "philox2x32", "philox4x32", "threefry4x32", "rbg", "unsafe_rbg"],
-    "JAX's PRNG implementation (jax_default_prng_impl); None keeps JAX's default.",
-)
-_SEED = flags.DEFINE_integer("seed", 0, "Seed.", lower_bound=0)
-_OUTPUT = flags.DEFINE_string("output", "out/bench/bench.json", "Where the JSON goes.")
+def _define_flags() -> None:
+    """Defines the command-line flags (only when run as a program, so that importing
+    this module next to other launch scripts defines no clashing flags)."""
+    ints = lambda values: [str(v) for v in values]
+    flags.DEFINE_list("policies", sorted(bandits.REGISTRY), "Policies to measure.")
+    flags.DEFINE_list("num_clients", ints([100, 1000, 10000]), "Numbers of clients N.")
+    flags.DEFINE_list("num_trials", ints([1, 100, 1000, 10000]), "Numbers of trials M.")
+    flags.DEFINE_integer("num_rounds", 100, "Rounds T per trial.", lower_bound=1)
+    flags.DEFINE_integer("repeats", 2, "Timed runs after the compiling one.", lower_bound=1)
+    flags.DEFINE_integer(
+        "reference_trials", 2, "Trials of the NumPy reference per (policy, N).", lower_bound=1
+    )
+    flags.DEFINE_float(
+        "max_client_rounds", 2e9, "Skip cells with more trials x rounds x clients than this."
+    )
+    flags.DEFINE_integer(
+        "memory_budget_bytes", None, "Passed to simulate: chunk trials to fit this budget."
+    )
+    flags.DEFINE_enum(
+        "prng_impl",
+        None,
+        ["threefry2x32", "philox2x32", "philox4x32", "threefry4x32", "rbg", "unsafe_rbg"],
+        "JAX's PRNG implementation (jax_default_prng_impl); None keeps JAX's default.",
+    )
+    flags.DEFINE_integer("seed", 0, "Seed.", lower_bound=0)
+    flags.DEFINE_string("output", "out/bench/bench.json", "Where the JSON goes.")
 
 
 def main(argv):
     del argv
-    if _PRNG_IMPL.value is not None:
-        jax.config.update("jax_default_prng_impl", _PRNG_IMPL.value)
+    f = flags.FLAGS
+    if f.prng_impl is not None:
+        jax.config.update("jax_default_prng_impl", f.prng_impl)
     try:
         ints = lambda values: [int(v) for v in values]
         results = run_suite(
-            policies=_POLICIES.value,
-            num_clients=ints(_NUM_CLIENTS.value),
-            num_trials=ints(_NUM_TRIALS.value),
-            num_rounds=_NUM_ROUNDS.value,
-            repeats=_REPEATS.value,
-            reference_trials=_REFERENCE_TRIALS.value,
-            max_client_rounds=_MAX_CLIENT_ROUNDS.value,
-            memory_budget_bytes=_MEMORY_BUDGET.value,
-            seed=_SEED.value,
+            policies=f.policies,
+            num_clients=ints(f.num_clients),
+            num_trials=ints(f.num_trials),
+            num_rounds=f.num_rounds,
+            repeats=f.repeats,
+            reference_trials=f.reference_trials,
+            max_client_rounds=f.max_client_rounds,
+            memory_budget_bytes=f.memory_budget_bytes,
+            seed=f.seed,
             log=lambda line: print(line, flush=True),
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from None
-    if os.path.dirname(_OUTPUT.value):
-        os.makedirs(os.path.dirname(_OUTPUT.value), exist_ok=True)
-    with open(_OUTPUT.value, "w") as f:
-        json.dump(results, f, indent=1)
+    if os.path.dirname(f.output):
+        os.makedirs(os.path.dirname(f.output), exist_ok=True)
+    with open(f.output, "w") as out:
+        json.dump(results, out, indent=1)
     print(markdown_table(results))
     print(f"skipped (over --max_client_rounds): {len(results['skipped'])} cells", file=sys.stderr)
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)
