@@ -39,13 +39,18 @@ from fedjax_sel import envs
 from launch import numpy_reference
 
 _COMPILE_EVENTS = "/jax/core/compile/"
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+# Seconds spent tracing, lowering and compiling, and the number of XLA compilations.
 _compile_seconds = [0.0]
+_backend_compiles = [0]
 
 
 def _on_duration(event: str, duration: float, **kwargs) -> None:
     del kwargs
     if event.startswith(_COMPILE_EVENTS):
         _compile_seconds[0] += duration
+    if event == _BACKEND_COMPILE:
+        _backend_compiles[0] += 1
 
 
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
@@ -74,7 +79,7 @@ def measure(fn: Callable[[], Any]) -> dict[str, float | None]:
     """Runs `fn` once: wall, CPU (all threads) and compile seconds, peak and added RSS."""
     _reset_peak()
     before = _status_kb("VmRSS")
-    compiled = _compile_seconds[0]
+    compiled, compiles = _compile_seconds[0], _backend_compiles[0]
     start, cpu = time.perf_counter(), time.process_time()
     fn()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -83,6 +88,7 @@ def measure(fn: Callable[[], Any]) -> dict[str, float | None]:
         "wall_s": wall,
         "cpu_s": cpu,
         "compile_s": _compile_seconds[0] - compiled,
+        "xla_compilations": _backend_compiles[0] - compiles,
         "peak_rss_bytes": peak,
         "added_rss_bytes": None if peak is None or before is None else peak - before,
     }
@@ -141,6 +147,8 @@ def bench_jax(
         "run_s": run_s,
         "run_s_all": [r["wall_s"] - r["compile_s"] for r in runs],
         "recompile_s": sum(r["compile_s"] for r in runs),
+        "xla_compilations": first["xla_compilations"],
+        "xla_recompilations": sum(r["xla_compilations"] for r in runs),
         "client_rounds_per_s": work / run_s,
         "client_rounds_per_cpu_s": work / statistics.median(r["cpu_s"] for r in runs),
         "peak_rss_bytes": max(r["peak_rss_bytes"] or 0 for r in [first, *runs]) or None,
