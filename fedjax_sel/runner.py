@@ -129,8 +129,17 @@ def _metric_names(env: Env, keys: _Keys) -> tuple[tuple[str, ...], tuple[str, ..
     return optional, extras
 
 
-# Programs are cached by (env, selector, metric names): a second `simulate` of the same
-# objects reuses the compiled executables instead of tracing and compiling again.
+def _program(env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...]):
+    """`_build_program`, cached when the env and selector are hashable (they normally are:
+    tuples of functions), so that a second `simulate` of the same objects reuses the
+    compiled executables instead of tracing and compiling again."""
+    try:
+        hash((env, selector))
+    except TypeError:
+        return _build_program.__wrapped__(env, selector, names, extras)
+    return _build_program(env, selector, names, extras)
+
+
 @functools.lru_cache(maxsize=16)
 def _build_program(env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...]):
     """Returns jitted (init_carry, run_rounds, finish) for one policy."""
@@ -420,8 +429,9 @@ def simulate(
         after every chunk; None for silence.
       devices: devices to shard the trial axis over; None uses all of `jax.devices()`.
       memory_budget_bytes: if given (and `trials_per_chunk` is not), the trials run in
-        chunks of the largest power of two whose estimated memory fits this many bytes
-        (see `trials_per_chunk_for_budget`); the chosen size is recorded as
+        chunks of the largest power of two whose estimated memory (over all `devices`
+        together) fits this many bytes (see `trials_per_chunk_for_budget`); the chosen
+        size is recorded as
         `trials_per_chunk` in the results' config. Results do not depend on it.
 
     Returns:
@@ -493,7 +503,7 @@ def simulate(
 
     curves, totals, fractions = {}, {}, {}
     for policy_name, selector in policies.items():
-        init_carry, run_rounds, finish = _build_program(env, selector, optional, extras)
+        init_carry, run_rounds, finish = _program(env, selector, optional, extras)
         path = checkpoint_dir and os.path.join(checkpoint_dir, f"policy_{policy_name}.npz")
         state = _load_progress(path) if path and os.path.exists(path) else _Progress()
         total_work = num_trials * num_rounds
