@@ -13,9 +13,13 @@ For each policy, number of clients N and number of trials M, one cell runs
   runs one trial after another, so its rate does not depend on M) and the ratio;
 - the peak resident memory of the process during each run (Linux VmHWM, reset before
   each run) and its increase over the memory resident before the run;
-- the load average of the machine next to every cell, since shared machines are noisy.
+- the same rates per CPU-second of the process (all threads, compilation excluded),
+  steadier than wall clock on a shared machine, and the load average next to every cell.
 
-Results go to `--output` as JSON and are printed as a Markdown table.
+`--prng_impl` sets JAX's default PRNG implementation for the whole run (threefry is
+JAX's default and the runner's; see docs/benchmarks.md for the measured alternatives),
+and `--memory_budget_bytes` is passed to `simulate`. Results go to `--output` as JSON
+and are printed as a Markdown table (docs/benchmarks.md).
 """
 
 from __future__ import annotations
