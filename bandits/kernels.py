@@ -1,8 +1,15 @@
 """Fixed-shape selection kernels shared by every policy.
 
 All kernels act on one trial's arrays (`f32[N]`); `jax.vmap` adds trial or
-edge-server axes. The top-k kernels do not sort: each is one or two `lax.top_k`
-calls; the prefix solver of max-cost objectives sorts once.
+edge-server axes. The top-k kernels do not sort: each is one or two `lax.top_k` calls;
+the prefix solver of max-cost objectives sorts once.
+
+On CPU, XLA runs `lax.top_k` as its partial-sort TopK kernel only for f32 operands
+whose first k outputs are used as a whole; an int32 operand, or a single element picked
+from the output, falls back to a full sort of all N entries, several times slower
+(docs/benchmarks.md). The kernels therefore keep every top-k in f32 (tie-break
+priorities are integers bit-cast to f32, which preserves their order) and read the k-th
+value as the minimum of the k.
 """
 
 from __future__ import annotations
@@ -12,14 +19,24 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# Tie-break priorities are 30-bit random integers; strictly better clients get this.
-_ABOVE = jnp.int32(2**30)
+# Tie-break priorities are 30-bit random integers, offset to the bit pattern of the
+# smallest normal f32 so that, bit-cast to f32, they are positive normal numbers in the
+# same order (no denormals, which CPUs may flush to zero). Strictly better clients get
+# `_ABOVE` (a larger finite f32), ineligible ones `_NEVER` (the bits of -1.0).
+_OFFSET = jnp.int32(0x00800000)
+_ABOVE = jnp.int32(0x7F000000)
+_NEVER = jnp.int32(-0x40800000)
+
+
+def _tie_break(key: chex.PRNGKey, shape: tuple[int, ...]) -> chex.Array:
+    """int32 random priorities, uniform over 2^30 values, each a positive normal f32."""
+    return (jax.random.bits(key, shape, jnp.uint32) >> 2).astype(jnp.int32) + _OFFSET
 
 
 def _select_by_priority(priority: chex.Array, k: int) -> chex.Array:
-    """bool[N]: the k clients of largest non-negative int32 priority (negative = never)."""
-    values, index = lax.top_k(priority, k)
-    return jnp.zeros(priority.shape, bool).at[index].set(values >= 0)
+    """bool[N]: the k clients of largest priority (int32 bit patterns; `_NEVER` = never)."""
+    values, index = lax.top_k(lax.bitcast_convert_type(priority, jnp.float32), k)
+    return jnp.zeros(priority.shape, bool).at[index].set(values > 0)
 
 
 def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -33,8 +50,7 @@ def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
-    u = (jax.random.bits(key, mask.shape, jnp.uint32) >> 2).astype(jnp.int32)
-    return _select_by_priority(jnp.where(mask, u, -1), k)
+    return _select_by_priority(jnp.where(mask, _tie_break(key, mask.shape), _NEVER), k)
 
 
 def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -55,10 +71,10 @@ def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
     masked = jnp.where(mask, scores, -jnp.inf)
-    kth = lax.top_k(masked, k)[0][k - 1]
-    u = (jax.random.bits(key, mask.shape, jnp.uint32) >> 2).astype(jnp.int32)
-    priority = jnp.where(masked > kth, _ABOVE, jnp.where(masked == kth, u, -1))
-    return _select_by_priority(jnp.where(mask, priority, -1), k)
+    kth = jnp.min(lax.top_k(masked, k)[0])
+    u = _tie_break(key, mask.shape)
+    priority = jnp.where(masked > kth, _ABOVE, jnp.where(masked == kth, u, _NEVER))
+    return _select_by_priority(jnp.where(mask, priority, _NEVER), k)
 
 
 def gumbel_top_k(logits: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:

@@ -23,7 +23,9 @@ sums over trials.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -138,8 +140,20 @@ def _metric_names(env: Env, keys: _Keys) -> tuple[tuple[str, ...], tuple[str, ..
     return optional, extras
 
 
+def _program(env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...]):
+    """`_build_program`, cached when the env and selector are hashable (they normally are:
+    tuples of functions), so that a second `simulate` of the same objects reuses the
+    compiled executables instead of tracing and compiling again."""
+    try:
+        hash((env, selector))
+    except TypeError:
+        return _build_program.__wrapped__(env, selector, names, extras)
+    return _build_program(env, selector, names, extras)
+
+
+@functools.lru_cache(maxsize=16)
 def _build_program(env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...]):
-    """Returns jitted (init_carry, run_rounds) for one policy."""
+    """Returns jitted (init_carry, run_rounds, finish) for one policy."""
     n = env.num_clients
 
     def init_trial(keys, m):
@@ -194,7 +208,8 @@ def _build_program(env: Env, selector: Selector, names: tuple[str, ...], extras:
     def init_carry(keys, trial_ids):
         return jax.vmap(init_trial, in_axes=(None, 0))(keys, trial_ids)
 
-    @jax.jit
+    # The carry is donated: chunk after chunk reuses its buffers instead of copying them.
+    @functools.partial(jax.jit, donate_argnums=0)
     def run_rounds(carry, keys, trial_ids, valid, rounds):
         def body(carry, t):
             carry, values = jax.vmap(trial_round, in_axes=(None, 0, None, 0))(
@@ -225,6 +240,73 @@ def _build_program(env: Env, selector: Selector, names: tuple[str, ...], extras:
         return per_trial, tree_sum(jnp.where(valid[:, None], tot.counts, 0.0))
 
     return init_carry, run_rounds, finish
+
+
+def _nbytes(tree) -> int:
+    """Bytes of the arrays (or shape structs) of a pytree; PRNG keys count as their data."""
+    total = 0
+    for x in jax.tree.leaves(tree):
+        dtype = x.dtype
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            total += math.prod(x.shape) * math.prod(jax.random.key_impl(x).key_shape) * 4
+            continue
+        total += math.prod(x.shape) * np.dtype(dtype).itemsize
+    return total
+
+
+def trial_memory_bytes(env: Env, selector: Selector) -> int:
+    """Estimated device memory one running trial of `selector` on `env` needs, in bytes.
+
+    From shapes alone (`jax.eval_shape`, nothing runs): a round holds the trial's carry
+    (environment state, policy state, running totals) as input and output of the scan,
+    so twice, and materialises the round's input, decision, feedback, statistics and new
+    states; those are counted twice to cover the temporaries that XLA keeps
+    between kernels (random bits, masks, top-k buffers, each of about the size of a
+    client-indexed array). The factor was checked against the peak resident memory of
+    CPU runs (docs/benchmarks.md); it errs on the large side.
+    """
+    keys = jax.eval_shape(_keys, 0)
+    env_state = jax.eval_shape(env.reset, keys.reset)
+    policy_state = jax.eval_shape(selector.init, keys.init)
+    inp = jax.eval_shape(env.observe, env_state, 1, keys.env)
+    if selector.privileged:
+        inp = inp._replace(oracle=jax.eval_shape(env.oracle, env_state, inp))
+    decision, new_policy_state = jax.eval_shape(selector.select, policy_state, inp, keys.policy)
+    step = jax.eval_shape(env.step, env_state, inp, decision, keys.env)
+    counts = jax.ShapeDtypeStruct((env.num_clients,), jnp.float32)
+    carry = _nbytes((env_state, policy_state, counts)) + 5 * 4
+    round_arrays = _nbytes((inp, decision, new_policy_state, step))
+    return 2 * carry + 2 * round_arrays
+
+
+def trials_per_chunk_for_budget(
+    policies: Mapping[str, Selector],
+    env: Env,
+    num_rounds: int,
+    num_trials: int,
+    memory_budget_bytes: int,
+) -> int:
+    """The largest power-of-two trial chunk whose estimated memory fits the budget.
+
+    The estimate is `chunk * max over policies of trial_memory_bytes` plus what the run
+    keeps whatever the chunking (per-round sums f32[T, metrics, 2] and per-trial totals).
+    The chunk never exceeds the smallest power of two >= num_trials.
+
+    Raises:
+      ValueError: if not even one trial fits.
+    """
+    per_trial = max(trial_memory_bytes(env, selector) for selector in policies.values())
+    optional, extras = _metric_names(env, _keys(0))
+    num_metrics = len(BASE_METRICS) + len(optional) + len(extras)
+    fixed = num_rounds * num_metrics * 2 * 4 + num_trials * len(TOTALS) * 4
+    fitting = (memory_budget_bytes - fixed) // per_trial
+    if fitting < 1:
+        raise ValueError(
+            f"memory_budget_bytes must be at least {fixed + per_trial} for this environment "
+            f"and these policies (one trial needs about {per_trial} bytes), got "
+            f"{memory_budget_bytes}."
+        )
+    return min(1 << (int(fitting).bit_length() - 1), 1 << max(num_trials - 1, 0).bit_length())
 
 
 class _DyadicStack:
@@ -336,6 +418,7 @@ def simulate(
     config: Mapping[str, Any] | None = None,
     progress: Callable[[str, int, int], None] | None = _log_progress,
     devices: list | None = None,
+    memory_budget_bytes: int | None = None,
 ) -> Results:
     """Runs `num_trials` independent trials of each policy for `num_rounds` rounds.
 
@@ -357,6 +440,11 @@ def simulate(
       progress: called as `progress(policy, trial_rounds_done, trial_rounds_total)`
         after every chunk; None for silence.
       devices: devices to shard the trial axis over; None uses all of `jax.devices()`.
+      memory_budget_bytes: if given (and `trials_per_chunk` is not), the trials run in
+        chunks of the largest power of two whose estimated memory (over all `devices`
+        together) fits this many bytes (see `trials_per_chunk_for_budget`); the chosen
+        size is recorded as
+        `trials_per_chunk` in the results' config. Results do not depend on it.
 
     Returns:
       `Results` with per-round curves (mean and std over trials) and per-trial totals.
@@ -383,6 +471,13 @@ def simulate(
                 f"trials_per_chunk must be a power of two (it keeps results independent of "
                 f"chunking), got {trials_per_chunk}."
             )
+    if memory_budget_bytes is not None:
+        if trials_per_chunk is not None:
+            raise ValueError("give trials_per_chunk or memory_budget_bytes, not both.")
+        memory_budget_bytes = validation.positive_int("memory_budget_bytes", memory_budget_bytes)
+        trials_per_chunk = trials_per_chunk_for_budget(
+            policies, env, num_rounds, num_trials, memory_budget_bytes
+        )
     rounds_per_chunk = validation.int_in_range(
         "rounds_per_chunk", rounds_per_chunk or num_rounds, 1, num_rounds
     )
@@ -420,7 +515,7 @@ def simulate(
 
     curves, totals, fractions = {}, {}, {}
     for policy_name, selector in policies.items():
-        init_carry, run_rounds, finish = _build_program(env, selector, optional, extras)
+        init_carry, run_rounds, finish = _program(env, selector, optional, extras)
         path = checkpoint_dir and os.path.join(checkpoint_dir, f"policy_{policy_name}.npz")
         state = _load_progress(path) if path and os.path.exists(path) else _Progress()
         total_work = num_trials * num_rounds

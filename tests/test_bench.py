@@ -1,0 +1,81 @@
+"""The benchmark suite runs end to end on tiny sizes; its output is parsed, not timed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from launch import bench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_run_suite_cells_and_table():
+    results = bench.run_suite(
+        policies=["random", "round_robin"],
+        num_clients=[10],
+        num_trials=[1, 2],
+        num_rounds=3,
+        repeats=1,
+        reference_trials=1,
+        max_client_rounds=30,
+        log=lambda line: None,
+    )
+    cells = results["cells"]
+    # trials=2 gives 2 * 3 * 10 = 60 client-rounds > 30: skipped, and listed as such.
+    assert [(c["policy"], c["num_trials"]) for c in cells] == [("random", 1), ("round_robin", 1)]
+    assert results["skipped"] == [
+        {"policy": "random", "num_clients": 10, "num_trials": 2},
+        {"policy": "round_robin", "num_clients": 10, "num_trials": 2},
+    ]
+    for c in cells:
+        assert c["num_selected"] == 1
+        jax_rate, numpy_rate = c["jax"]["client_rounds_per_s"], c["numpy"]["client_rounds_per_s"]
+        assert jax_rate > 0 and numpy_rate > 0
+        assert c["ratio"] == pytest.approx(jax_rate / numpy_rate)
+        assert c["jax"]["run_s"] == pytest.approx(3 * 10 / jax_rate)
+        # The first call compiles, and its compile time is counted apart; later calls
+        # reuse the compiled programs.
+        assert c["jax"]["compile_s"] > 0 and c["jax"]["xla_compilations"] >= 1
+        assert c["jax"]["xla_recompilations"] == 0
+    table = bench.markdown_table(results).splitlines()
+    assert table[0] == bench.HEADER and len(table) == 2 + len(cells)
+    assert all(line.count("|") == bench.HEADER.count("|") for line in table)
+    assert json.loads(json.dumps(results)) == results
+    assert results["machine"]["backend"] == "cpu"
+
+
+def test_unknown_policy():
+    with pytest.raises(ValueError, match="unknown policy"):
+        bench.run_suite(["nope"], [10], [1], 2)
+
+
+def test_command_line(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.bench",
+            "--policies=random",
+            "--num_clients=10",
+            "--num_trials=2",
+            "--num_rounds=2",
+            "--repeats=1",
+            "--reference_trials=1",
+            f"--output={out}",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    results = json.loads(out.read_text())
+    (cell,) = results["cells"]
+    assert (cell["policy"], cell["num_clients"], cell["num_trials"]) == ("random", 10, 2)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| random |")]
+    assert len(rows) == 2  # logged as it runs, then in the final table
+    assert rows[-1].split("|")[2].strip() == "10"

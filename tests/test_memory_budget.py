@@ -1,0 +1,77 @@
+"""Automatic trial chunking from a memory budget."""
+
+import jax
+import numpy as np
+import pytest
+
+import bandits
+import fedjax_sel
+from fedjax_sel import envs, runner
+
+N, K = 10, 2
+
+
+def test_trial_memory_bytes_by_hand():
+    # Bernoulli env state (means, availability) f32[N] x 2 = 8N bytes, UCB state (counts,
+    # sums) 8N, running totals 4N + 5 scalars: the carry is 20N + 20 bytes. A round
+    # materialises t (4) + available (N), the decision (N), the new UCB state (8N), and
+    # the step's feedback (observed N, reward 4N, latency 4N, success N), env state (8N)
+    # and 5 f32 statistics (20): 28N + 24 bytes. Estimate: 2 * carry + 2 * round.
+    env, ucb = envs.bernoulli(N, K), bandits.ucb(N, K)
+    assert runner.trial_memory_bytes(env, ucb) == 2 * (20 * N + 20) + 2 * (28 * N + 24)
+
+
+def test_chunk_is_the_largest_power_of_two_within_budget():
+    env = envs.bernoulli(N, K)
+    policies = {"ucb": bandits.ucb(N, K), "random": bandits.random(N, K)}
+    per_trial = runner.trial_memory_bytes(env, policies["ucb"])  # the larger of the two
+    assert per_trial > runner.trial_memory_bytes(env, policies["random"])
+    # Kept whatever the chunking: f32 sums of 12 metrics x 2 moments x 5 rounds, and
+    # 7 f32 totals x 64 trials.
+    fixed = 5 * 12 * 2 * 4 + 64 * 7 * 4
+    for budget, expected in ((5_000, 2), (10_000, 4), (50_000, 32), (200_000, 64)):
+        chunk = runner.trials_per_chunk_for_budget(policies, env, 5, 64, budget)
+        assert chunk == expected
+        assert fixed + per_trial * chunk <= budget  # the chunk fits ...
+        if chunk < 64:  # ... and is the largest that does
+            assert fixed + per_trial * 2 * chunk > budget
+    # Never more than the smallest power of two covering the trials.
+    assert runner.trials_per_chunk_for_budget(policies, env, 5, 5, 10**12) == 8
+
+
+def test_results_equal_the_unchunked_run():
+    env = envs.bernoulli(N, K)
+    sel = bandits.ucb(N, K)
+    per_trial = runner.trial_memory_bytes(env, sel)
+    fixed = 6 * 12 * 2 * 4 + 7 * 7 * 4  # curves of 6 rounds, totals of 7 trials
+    budget = fixed + 3 * per_trial  # room for 2 trials (a power of two), not 4
+    chunked = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None, memory_budget_bytes=budget)
+    whole = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None)
+    assert chunked.config["trials_per_chunk"] == 2
+    explicit = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None, trials_per_chunk=2)
+    for policy_results in (explicit, whole):
+        for total, x in policy_results.totals["policy"].items():
+            np.testing.assert_array_equal(chunked.totals["policy"][total], x)
+        for metric, curve in policy_results.curves["policy"].items():
+            np.testing.assert_array_equal(chunked.curves["policy"][metric]["mean"], curve["mean"])
+            np.testing.assert_array_equal(chunked.curves["policy"][metric]["std"], curve["std"])
+
+
+def test_bad_budgets():
+    env, sel = envs.bernoulli(N, K), bandits.ucb(N, K)
+    with pytest.raises(ValueError, match="memory_budget_bytes must be at least"):
+        fedjax_sel.simulate(sel, env, 3, 4, progress=None, memory_budget_bytes=100)
+    with pytest.raises(ValueError, match="memory_budget_bytes must be an integer >= 1"):
+        fedjax_sel.simulate(sel, env, 3, 4, progress=None, memory_budget_bytes=0)
+    with pytest.raises(ValueError, match="not both"):
+        fedjax_sel.simulate(
+            sel, env, 3, 4, progress=None, trials_per_chunk=2, memory_budget_bytes=10**9
+        )
+
+
+def test_eval_shape_only():
+    # The estimate traces shapes and runs nothing: no array is created on a device.
+    env, sel = envs.bernoulli(N, K), bandits.ucb(N, K)
+    before = len(jax.live_arrays())
+    runner.trial_memory_bytes(env, sel)
+    assert len(jax.live_arrays()) == before
