@@ -140,6 +140,28 @@ def _metric_names(env: Env, keys: _Keys) -> tuple[tuple[str, ...], tuple[str, ..
     return optional, extras
 
 
+def _checked_program(name, env, selector, names, extras, keys, num_trials):
+    """The policy's programs, traced once on abstract inputs so that a policy that does
+    not fit the environment (a missing context, a dimension mismatch) fails before
+    anything compiles or runs, with the policy's name in the message."""
+    program = _program(env, selector, names, extras)
+    init_carry, run_rounds, _ = program
+    ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32)
+    try:
+        carry = jax.eval_shape(init_carry, keys, ids)
+        jax.eval_shape(
+            run_rounds,
+            carry,
+            keys,
+            ids,
+            jax.ShapeDtypeStruct((num_trials,), jnp.bool_),
+            jax.ShapeDtypeStruct((1,), jnp.int32),
+        )
+    except (ValueError, TypeError, AttributeError, IndexError) as e:
+        raise ValueError(f"policy {name!r} does not fit this environment: {e}") from e
+    return program
+
+
 def _program(env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...]):
     """`_build_program`, cached when the env and selector are hashable (they normally are:
     tuples of functions), so that a second `simulate` of the same objects reuses the
@@ -513,9 +535,13 @@ def simulate(
     replicated = NamedSharding(mesh, PartitionSpec())
     keys = jax.device_put(keys, replicated)
 
+    programs = {
+        name: _checked_program(name, env, sel, optional, extras, keys, sim_size)
+        for name, sel in policies.items()
+    }
+
     curves, totals, fractions = {}, {}, {}
-    for policy_name, selector in policies.items():
-        init_carry, run_rounds, finish = _program(env, selector, optional, extras)
+    for policy_name, (init_carry, run_rounds, finish) in programs.items():
         path = checkpoint_dir and os.path.join(checkpoint_dir, f"policy_{policy_name}.npz")
         state = _load_progress(path) if path and os.path.exists(path) else _Progress()
         total_work = num_trials * num_rounds

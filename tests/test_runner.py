@@ -246,3 +246,11 @@ def test_results_do_not_depend_on_device_count():
         timeout=600,
     )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_a_policy_that_does_not_fit_the_env_fails_before_anything_runs():
+    calls = []
+    policies = {"ucb": bandits.ucb(N, K), "rbcs_f": bandits.rbcs_f(N, K, fairness_rate=0.1)}
+    with pytest.raises(ValueError, match="policy 'rbcs_f' does not fit this environment"):
+        fedjax_sel.simulate(policies, _env(), 5, 2, progress=lambda *a: calls.append(a))
+    assert calls == []  # not even the first policy ran
