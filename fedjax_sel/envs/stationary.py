@@ -15,6 +15,7 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bandits.kernels import top_k_mask
 from fedjax_sel import validation
@@ -27,10 +28,13 @@ class StationaryState(NamedTuple):
     Attributes:
       means: f32[N], expected reward of each client.
       availability: f32[N], probability that each client is available in a round.
+      full_oracle_reward: f32[], expected reward of the k best clients, the oracle's
+        value of every round when all clients are always available.
     """
 
     means: chex.Array
     availability: chex.Array
+    full_oracle_reward: chex.Array
 
 
 def _stationary_env(
@@ -55,13 +59,25 @@ def _stationary_env(
     elif not low <= high:
         raise ValueError(f"means_range must satisfy low <= high, got {means_range}.")
 
+    # With every client always available the oracle's cohort is fixed per trial: it is
+    # computed once at reset instead of by a top-k every round.
+    always_available = bool(np.all(np.asarray(avail) == 1.0))
+
+    def oracle_value(mu, available):
+        return jnp.sum(jnp.where(top_k_mask(mu, available, k), mu, 0.0))
+
     def reset(key):
         if means is not None:
-            return StationaryState(fixed_means, avail)
-        return StationaryState(jax.random.uniform(key, (n,), minval=low, maxval=high), avail)
+            mu = fixed_means
+        else:
+            mu = jax.random.uniform(key, (n,), minval=low, maxval=high)
+        return StationaryState(mu, avail, oracle_value(mu, jnp.ones((n,), bool)))
 
     def observe(state, t, key):
-        available = jax.random.uniform(key, (n,)) < state.availability
+        if always_available:
+            available = jnp.ones((n,), bool)
+        else:
+            available = jax.random.uniform(key, (n,)) < state.availability
         return RoundInput(t=jnp.asarray(t, jnp.int32), available=available)
 
     def oracle(state, round_input):
@@ -70,7 +86,10 @@ def _stationary_env(
     def step(state, round_input, decision, key):
         reward = sample(key, state.means)
         selected = decision.selected
-        best = oracle(state, round_input).selected
+        if always_available:
+            oracle_reward = state.full_oracle_reward
+        else:
+            oracle_reward = oracle_value(state.means, round_input.available)
         feedback = Feedback(
             observed=selected,
             reward=reward,
@@ -79,7 +98,7 @@ def _stationary_env(
         )
         stats = RoundStats(
             expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)),
-            oracle_reward=jnp.sum(jnp.where(best, state.means, 0.0)),
+            oracle_reward=oracle_reward,
             reward=jnp.sum(jnp.where(selected, reward, 0.0)),
             latency=jnp.float32(0.0),
             num_failed=jnp.float32(0.0),
