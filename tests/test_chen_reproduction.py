@@ -53,7 +53,9 @@ def test_fig7_small_sweep(tmp_path):
     assert os.path.exists(tmp_path / "chen_fig7_calibrated.png")
 
 
-@pytest.mark.parametrize("name", sorted(n for n in os.listdir(FLAGFILES) if n.startswith("chen_")))
+@pytest.mark.parametrize(
+    "name", sorted(n for n in os.listdir(FLAGFILES) if n.startswith("chen_fig"))
+)
 def test_flagfiles_name_a_figure_and_setting(name):
     with open(os.path.join(FLAGFILES, name)) as f:
         lines = dict(line.strip().lstrip("-").split("=", 1) for line in f if line.strip())

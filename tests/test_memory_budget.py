@@ -12,13 +12,14 @@ N, K = 10, 2
 
 
 def test_trial_memory_bytes_by_hand():
-    # Bernoulli env state (means, availability) f32[N] x 2 = 8N bytes, UCB state (counts,
-    # sums) 8N, running totals 4N + 5 scalars: the carry is 20N + 20 bytes. A round
-    # materialises t (4) + available (N), the decision (N), the new UCB state (8N), and
-    # the step's feedback (observed N, reward 4N, latency 4N, success N), env state (8N)
-    # and 5 f32 statistics (20): 28N + 24 bytes. Estimate: 2 * carry + 2 * round.
+    # Bernoulli env state (means, availability f32[N], the oracle's value f32[]) = 8N + 4
+    # bytes, UCB state (counts, sums) 8N, running totals 4N + 5 scalars: the carry is
+    # 20N + 24 bytes. A round materialises t (4) + available (N), the decision (N), the new
+    # UCB state (8N), and the step's feedback (observed N, reward 4N, latency 4N,
+    # success N), env state (8N + 4) and 5 f32 statistics (20): 28N + 28 bytes.
+    # Estimate: 2 * carry + 2 * round.
     env, ucb = envs.bernoulli(N, K), bandits.ucb(N, K)
-    assert runner.trial_memory_bytes(env, ucb) == 2 * (20 * N + 20) + 2 * (28 * N + 24)
+    assert runner.trial_memory_bytes(env, ucb) == 2 * (20 * N + 24) + 2 * (28 * N + 28)
 
 
 def test_chunk_is_the_largest_power_of_two_within_budget():

@@ -26,16 +26,16 @@ def _reproduce(*flags):
 
 def test_cli_runs_a_figure_and_prints_its_numbers(tmp_path):
     out = _reproduce(
-        "--paper=huang",
-        "--figure=3",
+        "--paper=xia",
+        "--figure=1",
         "--num_trials=2",
         "--num_rounds=30",
         f"--output_dir={tmp_path}",
     )
     assert out.returncode == 0, out.stderr[-3000:]
     numbers = json.loads(out.stdout)
-    assert numbers["paper"] == "huang" and isinstance(numbers["holds"], bool)
-    assert (tmp_path / "huang_fig3_calibrated.json").exists()
+    assert numbers["paper"] == "xia" and isinstance(numbers["holds"], bool)
+    assert (tmp_path / "xia_fig1_calibrated.json").exists()
 
 
 @pytest.mark.parametrize(
@@ -54,9 +54,12 @@ def test_cli_bad_flags_are_usage_errors(flags, message):
 def test_every_flagfile_names_an_existing_figure_and_setting():
     root = os.path.join(ROOT, "launch", "flagfiles")
     for name in sorted(os.listdir(root)):
-        if name.startswith("sweep"):
-            continue
         with open(os.path.join(root, name)) as f:
             flags = dict(line.strip().lstrip("-").split("=", 1) for line in f if "=" in line)
+        if "paper" not in flags:  # flagfiles of the other launchers (sweep, benchmarks)
+            assert name.startswith(("sweep_", "bench_")), name
+            continue
         figure = reproductions.figures(flags["paper"])[flags["figure"]]
-        assert flags.get("setting", "calibrated") in figure.settings, name
+        setting = flags.get("setting", "calibrated")
+        assert setting in figure.settings, name
+        assert name == f"{flags['paper']}_fig{flags['figure']}_{setting}.cfg"
