@@ -31,7 +31,7 @@ _NUM_TRIALS = flags.DEFINE_integer("num_trials", 2, "M trials at once.")
 _NUM_ROUNDS = flags.DEFINE_integer("num_rounds", 2, "Timed rounds per side.")
 _EXAMPLES = flags.DEFINE_integer("examples_per_client", 16, "Examples per client.")
 _FEATURES = flags.DEFINE_integer("features", 8, "Input features (784 for MNIST).")
-_HIDDEN = flags.DEFINE_integer("hidden", 8, "MLP hidden units (128: 784-128-10).")
+_MODEL = flags.DEFINE_string("model", "mlp_128", "A flat model of `models` (mlp_128: 784-128-10).")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Local minibatch size.")
 _MAP_BATCH = flags.DEFINE_integer("map_batch", 1, "Client updates per lax.map chunk.")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the numbers to this JSON file.")
@@ -46,7 +46,7 @@ def main(argv):
         _NUM_ROUNDS.value,
         _EXAMPLES.value,
         _FEATURES.value,
-        _HIDDEN.value,
+        _MODEL.value,
         _BATCH.value,
         _MAP_BATCH.value,
     )

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import models
 from bandits.kernels import uniform_subset
-from fedjax_sel import fl
-from fedjax_sel.fl import _standins
+from fedjax_sel import data, fl
 
 
 def benchmark(
@@ -23,18 +23,25 @@ def benchmark(
     num_rounds: int,
     examples_per_client: int,
     features: int,
-    hidden: int,
+    model_name: str,
     batch_size: int,
     map_batch: int = 1,
     seed: int = 0,
 ) -> dict:
     """Runs both sides for `num_rounds` timed rounds; returns rounds per second of each."""
     n, k, m = num_clients, num_selected, num_trials
-    data = _standins.gaussian_clusters(seed, n, examples_per_client, feature_shape=(features,))
-    model = _standins.dense_classifier((features,), 10, hidden=(hidden,))
+    clients = data.load(
+        "gaussian_mixture",
+        n,
+        "iid",
+        seed=seed,
+        num_train=n * examples_per_client,
+        image_shape=(features, 1, 1),
+    )
+    model = models.get(model_name, (features, 1, 1), clients.num_classes)
     update = fl.local_sgd(model.apply, 0.05, batch_size, num_epochs=1)
     aggregate = fl.fedavg()
-    x, y, counts = data.x, data.y, data.counts
+    x, y, counts = clients.x, clients.y, clients.counts
     params0 = jax.vmap(model.init)(jax.random.split(jax.random.PRNGKey(seed), m))
 
     def cohort(key):
@@ -110,7 +117,7 @@ def benchmark(
         "num_trials": m,
         "num_rounds": num_rounds,
         "examples_per_client": examples_per_client,
-        "mlp": f"{features}-{hidden}-10",
+        "model": f"{model_name} on {features} features",
         "batch_size": batch_size,
         "map_batch": map_batch,
         "vectorized_rounds_per_s": num_rounds / vec_s,

@@ -1,8 +1,8 @@
 """Shared pieces of the training reproductions: running policies, plotting, numbers.
 
-The training figures default to synthetic data and small flax models
-(`fedjax_sel.fl._standins`), so they run offline; each figure module says which dataset
-and model of the paper they stand in for.
+The training figures run offline on small datasets of `fedjax_sel.data` (scikit-learn's
+digits, Gaussian-mixture images) with the papers' models from `models`; each figure
+module says which dataset of the paper its setting replaces.
 """
 
 from __future__ import annotations

@@ -6,15 +6,15 @@ import numpy as np
 import optax
 import pytest
 
+import models
 from fedjax_sel import fl
-from fedjax_sel.fl import _standins
 
 FEATURES, CLASSES = 5, 3
 
 
 @pytest.fixture(scope="module")
 def model():
-    return _standins.dense_classifier((FEATURES,), CLASSES, hidden=(4,))
+    return models.get("mlp_128", (FEATURES,), CLASSES)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ def test_fedavg_by_hand():
 
 def test_fedsgd_step_by_hand():
     """One local step of batch 1 + FedAvg is Xia et al. eq. (3), worked in numpy."""
-    model = _standins.dense_classifier((2,), 2)
+    model = models.get("logistic_regression", (2,), 2)
     params = jax.tree.map(jnp.zeros_like, model.init(jax.random.PRNGKey(0)))
     gamma = 0.5
     xs = np.array([[[1.0, 2.0]], [[-1.0, 0.5]]], np.float32)
@@ -132,7 +132,7 @@ def test_fedsgd_step_by_hand():
         grads_b.append(err)
     v_w = (weights[:, None, None] * np.array(grads_w)).sum(0) / weights.sum()
     v_b = (weights[:, None] * np.array(grads_b)).sum(0) / weights.sum()
-    dense = new["params"]["Dense_0"]
+    dense = new["Dense_0"]
     np.testing.assert_allclose(dense["kernel"], -gamma * v_w, rtol=1e-6)
     np.testing.assert_allclose(dense["bias"], -gamma * v_b, rtol=1e-6)
 

@@ -7,32 +7,38 @@ import pytest
 
 import bandits
 import fedjax_sel
+import models
+from fedjax_sel import data as fed_data
 from fedjax_sel import envs, fl
 from fedjax_sel.envs.training import expected_client_reward
-from fedjax_sel.fl import _standins
 from fedjax_sel.results import Results
 from fedjax_sel.types import Decision, RoundInput
 
-N, FEATURES, CLASSES = 12, 4, 3
+N, CLASSES = 12, 3
+FEATURES = (2, 2, 1)
+TRAIN_SIZES = [9, 5, 12, 3] * 3
 
 
 @pytest.fixture(scope="module")
 def data():
-    return _standins.gaussian_clusters(
-        0,
-        N,
-        [9, 5, 12, 3] * 3,
-        feature_shape=(FEATURES,),
-        num_classes=CLASSES,
-        separation=1.5,
-        heldout_per_client=6,
+    # Three well-separated 2x2 templates; unbalanced IID clients, held-out sets cut
+    # from the test set (16-17 examples each).
+    pool = fed_data.gaussian_mixture(
+        seed=0,
+        num_train=sum(TRAIN_SIZES),
         num_test=200,
+        num_classes=CLASSES,
+        image_shape=FEATURES,
+        template_size=2,
+        noise=0.5,
     )
+    indices = fed_data.iid(pool.y, N, seed=0, sizes=TRAIN_SIZES)
+    return fed_data.pack(pool, indices, seed=0, heldout_from_test=True)
 
 
 @pytest.fixture(scope="module")
 def model():
-    return _standins.dense_classifier((FEATURES,), CLASSES)
+    return models.get("logistic_regression", FEATURES, CLASSES)
 
 
 def _env(data, model, k, **kw):
@@ -205,10 +211,40 @@ def test_bad_arguments_fail_before_compile(data, model, k, kwargs, match):
 
 def test_data_that_does_not_fit_the_model_is_rejected(data, model):
     with pytest.raises(ValueError, match="input_shape"):
-        _env(data, _standins.dense_classifier((FEATURES + 1,), CLASSES), 2)
+        _env(data, models.get("logistic_regression", (2, 3, 1), CLASSES), 2)
     with pytest.raises(ValueError, match="classes"):
-        _env(data, _standins.dense_classifier((FEATURES,), CLASSES + 1), 2)
+        _env(data, models.get("logistic_regression", FEATURES, CLASSES + 1), 2)
     with pytest.raises(ValueError, match="num_clients"):
         envs.make("training", N - 1, 2, data=data, model=model)
     with pytest.raises(ValueError, match="FederatedData"):
         envs.make("training", N, 2, data=(data.x, data.y), model=model)
+
+
+def test_delay_env_supplies_rounds_latencies_and_feedback(data, model):
+    delays = envs.make("dfl_delay", N, 1, num_servers=3, shard_size=50)
+    env = _env(data, model, 3, algorithm="decentralized", num_groups=3, delay_env=delays)
+    state = env.reset(jax.random.PRNGKey(0))
+    inp = env.observe(state, 4, jax.random.PRNGKey(1))
+    alone = delays.observe(state.delay, 4, jax.random.PRNGKey(1))
+    np.testing.assert_array_equal(inp.context, alone.context)
+    decision = env.oracle(state, inp)
+    np.testing.assert_array_equal(decision.selected, delays.oracle(state.delay, inp).selected)
+    feedback, new, stats = jax.jit(env.step)(state, inp, decision, jax.random.PRNGKey(2))
+    delay_key = jax.random.split(jax.random.PRNGKey(2))[0]
+    want, _, want_stats = delays.step(state.delay, inp, decision, delay_key)
+    np.testing.assert_allclose(feedback.latency, want.latency, rtol=1e-6)
+    np.testing.assert_allclose(feedback.reward, want.reward, rtol=1e-6)
+    np.testing.assert_allclose(
+        [stats.latency, stats.reward, stats.oracle_reward],
+        [want_stats.latency, want_stats.reward, want_stats.oracle_reward],
+        rtol=1e-6,
+    )
+    # The exact exchange leaves every server with the global model.
+    params = jax.tree.map(lambda g: g[0], new.server)
+    loss, accuracy = fl.evaluate(model.apply, params, data.x_test, data.y_test)
+    np.testing.assert_allclose([stats.loss, stats.accuracy], [loss, accuracy], rtol=1e-6)
+    assert float(jnp.abs(params["Dense_0"]["kernel"]).max()) > 1e-3
+    with pytest.raises(ValueError, match="delay_env"):
+        _env(data, model, 3, delay_env=envs.make("dfl_delay", 6, 1, num_servers=3))
+    with pytest.raises(ValueError, match="observe_local_accuracy"):
+        _env(data, model, 3, delay_env=delays, observe_local_accuracy=True)

@@ -15,6 +15,12 @@ exponential tail; mean `mu_i`), capped at the deadline `tau_max` when one is set
 client whose raw latency reaches the deadline fails (Xia et al. eq. 4). The round latency is
 the slowest selected client's. Availability is Bernoulli per client and round.
 
+A paper's own delay model replaces this one through `delay_env`, any bandit `Env` over
+the same clients (e.g. `dfl_delay`, Chen et al.): it then supplies each round's input
+(availability, contexts, info), the clients' latencies and success, the feedback, the
+oracle and the regret, and the training environment trains the selected cohort on top
+and adds the test loss and accuracy to the round's statistics.
+
 Feedback (`feedback`):
   - "latency": r_i = 1 - tau_i / tau_max (Xia et al. §III.B), needs a deadline;
   - "success": r_i = 1 if client i met the deadline (Qu et al.'s X_n);
@@ -59,11 +65,13 @@ class TrainingState(NamedTuple):
       server: the aggregator's state (global, edge or server models).
       mean_latency: f32[N], mu_i, each client's mean round latency in seconds.
       loss: f32[], test loss of the current global model.
+      delay: the `delay_env`'s state, or None.
     """
 
     server: Any
     mean_latency: chex.Array
     loss: chex.Array
+    delay: Any = None
 
 
 def _check_data(data: FederatedData, model: Model, num_clients: int) -> None:
@@ -145,6 +153,7 @@ def training(
     min_updates: int = 1,
     mixing: chex.Array | None = None,
     observe_local_accuracy: bool = False,
+    delay_env: Env | None = None,
 ) -> Env:
     """A federated training run as an environment.
 
@@ -182,6 +191,9 @@ def training(
         paper's exact data-weighted exchange.
       observe_local_accuracy: put each client's held-out accuracy of the current model
         in `RoundInput.info["local_accuracy"]` (for local-accuracy scheduling).
+      delay_env: an `Env` over the same N clients whose rounds, latencies, feedback and
+        oracle replace the latency model and `feedback` (module docstring); its
+        `Feedback.success` marks the updates that arrive in time.
 
     Returns:
       An `Env` whose `RoundStats` carry the test `loss` and `accuracy` of the global
@@ -228,6 +240,11 @@ def training(
     else:
         agg = aggregate.decentralized(groups, mixing, False if drop_late is None else drop_late)
     has_oracle = feedback in ("latency", "success")
+    if delay_env is not None:
+        if not isinstance(delay_env, Env) or delay_env.num_clients != n:
+            raise ValueError(f"delay_env must be an Env over the {n} clients, got {delay_env!r}.")
+        if observe_local_accuracy:
+            raise ValueError("observe_local_accuracy cannot be combined with a delay_env.")
 
     def test_metrics(params):
         return evaluate(model.apply, params, data.x_test, data.y_test)
@@ -238,9 +255,12 @@ def training(
             mu = jax.random.uniform(jax.random.fold_in(key, 1), (n,), minval=low, maxval=high)
         else:
             mu = fixed_latency
-        return TrainingState(agg.init(params), mu, test_metrics(params)[0])
+        delay = None if delay_env is None else delay_env.reset(jax.random.fold_in(key, 2))
+        return TrainingState(agg.init(params), mu, test_metrics(params)[0], delay)
 
     def observe(state, t, key):
+        if delay_env is not None:
+            return delay_env.observe(state.delay, t, key)
         available = jax.random.uniform(key, (n,)) < avail
         info = None
         if observe_local_accuracy:
@@ -260,23 +280,16 @@ def training(
             )
         )
 
-    def step(state, round_input, decision, key):
-        latency_key, train_key = jax.random.split(key)
+    def train(state, decision, latency, success, key):
+        """Trains the selected cohort; returns the new server state and test loss, accuracy."""
         selected = decision.selected
-        noise = jax.random.exponential(latency_key, (n,))
-        raw = state.mean_latency * (1.0 - spread + spread * noise)
-        if deadline is None:
-            latency, success = raw, jnp.ones((n,), bool)
-        else:
-            latency, success = jnp.minimum(raw, deadline), raw < deadline
-
         slots = jnp.nonzero(selected, size=k, fill_value=0)[0]
         valid = jnp.arange(k) < jnp.sum(selected)
         counts = jnp.where(valid, data.counts[slots], 0)
         assignment = home if decision.assignment is None else decision.assignment
         group = assignment[slots]
         start = agg.client_params(state.server, group)
-        keys = jax.vmap(lambda c: jax.random.fold_in(train_key, c))(slots)
+        keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(slots)
         result = jax.vmap(update_fn, in_axes=(0, None, None, 0, 0, 0))(
             start, data.x, data.y, slots, counts, keys
         )
@@ -288,8 +301,26 @@ def training(
             latency=latency[slots],
         )
         server = agg.update(state.server, result.delta, cohort)
+        return server, *test_metrics(agg.global_params(server))
+
+    def step_with_delay_env(state, round_input, decision, key):
+        delay_key, train_key = jax.random.split(key)
+        out, delay, stats = delay_env.step(state.delay, round_input, decision, delay_key)
+        server, loss, accuracy = train(state, decision, out.latency, out.success, train_key)
+        new_state = TrainingState(server, state.mean_latency, loss, delay)
+        return out, new_state, stats._replace(loss=loss, accuracy=accuracy)
+
+    def step(state, round_input, decision, key):
+        latency_key, train_key = jax.random.split(key)
+        selected = decision.selected
+        noise = jax.random.exponential(latency_key, (n,))
+        raw = state.mean_latency * (1.0 - spread + spread * noise)
+        if deadline is None:
+            latency, success = raw, jnp.ones((n,), bool)
+        else:
+            latency, success = jnp.minimum(raw, deadline), raw < deadline
+        server, loss, accuracy = train(state, decision, latency, success, train_key)
         params = agg.global_params(server)
-        loss, accuracy = test_metrics(params)
 
         observed, info = selected, None
         if feedback == "latency":
@@ -329,6 +360,16 @@ def training(
         )
         return feedback_out, TrainingState(server, state.mean_latency, loss), stats
 
+    if delay_env is not None:
+        return Env(
+            reset=reset,
+            observe=observe,
+            step=step_with_delay_env,
+            oracle=None
+            if delay_env.oracle is None
+            else lambda state, inp: delay_env.oracle(state.delay, inp),
+            num_clients=n,
+        )
     return Env(
         reset=reset,
         observe=observe,
