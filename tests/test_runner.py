@@ -31,7 +31,8 @@ def _run(**kwargs):
     kwargs.setdefault("num_rounds", 23)
     kwargs.setdefault("num_trials", 10)
     kwargs.setdefault("seed", 3)
-    return fedjax_sel.simulate(_policies(), _env(), progress=None, **kwargs)
+    kwargs.setdefault("progress", None)
+    return fedjax_sel.simulate(_policies(), _env(), **kwargs)
 
 
 def _assert_identical(a, b):
@@ -86,31 +87,12 @@ def test_checkpoint_resume_equals_uninterrupted(reference, tmp_path):
         if len(calls) == 3:
             raise KeyboardInterrupt
 
-    ckpt = tmp_path / "ckpt"
+    ckpt = str(tmp_path / "ckpt")
+    chunked = dict(trials_per_chunk=4, rounds_per_chunk=9, checkpoint_dir=ckpt)
     with pytest.raises(KeyboardInterrupt):
-        fedjax_sel.simulate(
-            _policies(),
-            _env(),
-            23,
-            10,
-            seed=3,
-            trials_per_chunk=4,
-            rounds_per_chunk=9,
-            checkpoint_dir=str(ckpt),
-            progress=interrupt_on_third_chunk,
-        )
-    assert (ckpt / "policy_ucb.npz").exists()
-    resumed = fedjax_sel.simulate(
-        _policies(),
-        _env(),
-        23,
-        10,
-        seed=3,
-        trials_per_chunk=4,
-        rounds_per_chunk=9,
-        checkpoint_dir=str(ckpt),
-        progress=lambda *args: calls.append(args),
-    )
+        _run(progress=interrupt_on_third_chunk, **chunked)
+    assert os.path.exists(os.path.join(ckpt, "policy_ucb.npz"))
+    resumed = _run(progress=lambda *args: calls.append(args), **chunked)
     _assert_identical(reference, resumed)
 
 
