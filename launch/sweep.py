@@ -45,20 +45,25 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "out/sweep", "Where results and 
 
 
 class _Progress:
-    """Prints one line per chunk: percent done and an estimate of the time left."""
+    """Prints one line per chunk: percent done, time spent and an estimate of time left.
+
+    A policy's clock starts when the previous policy finished (or at construction), so
+    its first chunk, compilation included, is counted.
+    """
 
     def __init__(self, stream=sys.stderr):
         self.stream = stream
         self.start = {}
+        self.last = time.perf_counter()
 
     def __call__(self, policy: str, done: int, total: int) -> None:
         now = time.perf_counter()
-        start = self.start.setdefault(policy, now)
-        rate = done / max(now - start, 1e-9)
-        eta = (total - done) / rate if done and now > start else float("nan")
+        start = self.start.setdefault(policy, self.last)
+        self.last = now
+        left = (total - done) * (now - start) / done
         print(
             f"  {policy:>16s} {100.0 * done / total:5.1f}%  ({now - start:5.1f} s, "
-            f"about {eta:4.0f} s left)",
+            f"about {left:4.0f} s left)",
             file=self.stream,
             flush=True,
         )
