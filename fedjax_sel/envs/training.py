@@ -7,13 +7,14 @@ SGD in parallel (`vmap` over slots), and their updates are aggregated (FedAvg, F
 hierarchical or decentralized); the new global model is evaluated on the test set and
 the result becomes the feedback.
 
-Latency model (a simple stand-in for the papers' wireless models): client i has a mean
-round latency `mu_i`, drawn per trial uniformly in `latency_range` (or fixed); each
-round its latency is the shifted exponential `mu_i (1 - v + v E)`, `E ~ Exp(1)` (the
-usual straggler model of distributed computing: a deterministic part plus an
-exponential tail; mean `mu_i`), capped at the deadline `tau_max` when one is set; a
-client whose raw latency reaches the deadline fails (Xia et al. eq. 4). The round latency is
-the slowest selected client's. Availability is Bernoulli per client and round.
+Latency model (a simple default; the papers' wireless models plug in through
+`delay_env`): client i has a mean round latency `mu_i`, drawn per trial uniformly in
+`latency_range` (or fixed); each round its latency is the shifted exponential `mu_i (1 -
+v + v E)`, `E ~ Exp(1)` (the usual straggler model of distributed computing: a
+deterministic part plus an exponential tail; mean `mu_i`), capped at the deadline
+`tau_max` when one is set; a client whose raw latency reaches the deadline fails (Xia et
+al. eq. 4). The round latency is the slowest selected client's. Availability is
+Bernoulli per client and round.
 
 A paper's own delay model replaces this one through `delay_env`, any bandit `Env` over
 the same clients (e.g. `dfl_delay`, Chen et al.): it then supplies each round's input
