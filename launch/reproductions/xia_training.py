@@ -42,24 +42,30 @@ from launch.training_figures import final_accuracy, plot_accuracy, run_policies,
 NUM_CLIENTS, NUM_CHANNELS = 20, 5
 
 
-def fig2(options: Options) -> dict:
-    digits = data.load("digits", NUM_CLIENTS, "iid", seed=options.seed, heldout_fraction=0.2)
+def _digits_env(digits, num_clients: int, num_channels: int, **kwargs):
+    """The training environment of Xia's Figs. 2 and 6: FedSGD (eq. 3) of logistic
+    regression on the digits, latencies in [0.05, 0.45] s against a 0.5 s deadline."""
     model = models.get("logistic_regression", digits.x.shape[2:], digits.num_classes)
-    env = envs.make(
+    return envs.make(
         "training",
-        NUM_CLIENTS,
-        NUM_CHANNELS,
+        num_clients,
+        num_channels,
         data=digits,
         model=model,
         algorithm="fedsgd",
         learning_rate=0.05,
         batch_size=2,
-        weighting="uniform",
         feedback="latency",
         latency_range=(0.05, 0.45),
         deadline_s=0.5,
         observe_local_accuracy=True,
+        **kwargs,
     )
+
+
+def fig2(options: Options) -> dict:
+    digits = data.load("digits", NUM_CLIENTS, "iid", seed=options.seed, heldout_fraction=0.2)
+    env = _digits_env(digits, NUM_CLIENTS, NUM_CHANNELS, weighting="uniform")
     k = NUM_CHANNELS
     policies = {
         "cs_ucb": bandits.cs_ucb(NUM_CLIENTS, k),
@@ -99,25 +105,9 @@ def fig6(options: Options) -> dict:
         labels_per_client=[5, 5] + [1] * (num_clients - 2),
         heldout_fraction=0.2,
     )
-    model = models.get("logistic_regression", digits.x.shape[2:], digits.num_classes)
     sizes = np.asarray(digits.counts, np.float64)
     fairness = (num_channels / 2) * sizes / sizes.sum()
-    env = envs.make(
-        "training",
-        num_clients,
-        num_channels,
-        data=digits,
-        model=model,
-        algorithm="fedsgd",
-        learning_rate=0.05,
-        batch_size=2,
-        weighting="examples",
-        feedback="latency",
-        latency_range=(0.05, 0.45),
-        deadline_s=0.5,
-        availability=0.9,
-        observe_local_accuracy=True,
-    )
+    env = _digits_env(digits, num_clients, num_channels, weighting="examples", availability=0.9)
     k = num_channels
     policies = {
         "cs_ucb_q": bandits.cs_ucb_q(num_clients, k, fairness, beta=0.01, availability=0.9),
