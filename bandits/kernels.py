@@ -1,15 +1,18 @@
 """Fixed-shape selection kernels shared by every policy.
 
 All kernels act on one trial's arrays (`f32[N]`); `jax.vmap` adds trial or
-edge-server axes. The top-k kernels do not sort: each is one or two `lax.top_k` calls;
-the prefix solver of max-cost objectives sorts once.
+edge-server axes. None of the top-k kernels sorts, and none calls `lax.top_k`: on CPU,
+XLA's TopK is a single-threaded `std::partial_sort` of every row, about 20 us per row
+at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
 
-On CPU, XLA runs `lax.top_k` as its partial-sort TopK kernel only for f32 operands
-whose first k outputs are used as a whole; an int32 operand, or a single element picked
-from the output, falls back to a full sort of all N entries, several times slower
-(docs/benchmarks.md). The kernels therefore keep every top-k in f32 (tie-break
-priorities are integers bit-cast to f32, which preserves their order) and read the k-th
-value as the minimum of the k.
+- the k-th largest score is found by a bisection over the 32 bits of an
+  order-preserving integer image of the scores: 32 vectorised count passes, O(32 N);
+- ties at the k-th place, and uniform subsets, are resolved by Floyd's algorithm
+  (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the tied
+  clients from r random integers (r <= k) instead of one random number per client.
+
+Counts are summed in f32 (exact below 2^24 clients; XLA's CPU code vectorises f32 sums
+better than int32 ones) and in int32 beyond.
 """
 
 from __future__ import annotations
@@ -19,24 +22,79 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# Tie-break priorities are 30-bit random integers, offset to the bit pattern of the
-# smallest normal f32 so that, bit-cast to f32, they are positive normal numbers in the
-# same order (no denormals, which CPUs may flush to zero). Strictly better clients get
-# `_ABOVE` (a larger finite f32), ineligible ones `_NEVER` (the bits of -1.0).
-_OFFSET = jnp.int32(0x00800000)
-_ABOVE = jnp.int32(0x7F000000)
-_NEVER = jnp.int32(-0x40800000)
+_SIGN = jnp.uint32(0x80000000)
 
 
-def _tie_break(key: chex.PRNGKey, shape: tuple[int, ...]) -> chex.Array:
-    """int32 random priorities, uniform over 2^30 values, each a positive normal f32."""
-    return (jax.random.bits(key, shape, jnp.uint32) >> 2).astype(jnp.int32) + _OFFSET
+def _order_key(scores: chex.Array, mask: chex.Array) -> chex.Array:
+    """u32[N]: an order-preserving integer image of f32 `scores`, 0 outside `mask`.
+
+    Non-negative floats order like their bit patterns and negative ones in reverse, so
+    flipping every bit of a negative float and the sign bit of a non-negative one maps
+    the order of f32 (with -0.0 below +0.0, NaNs beyond the infinities) to the order of
+    unsigned integers. Eligible keys are at least 1: 0 ranks below every eligible client.
+    """
+    bits = lax.bitcast_convert_type(scores.astype(jnp.float32), jnp.uint32)
+    ordered = jnp.where(bits >= _SIGN, ~bits, bits | _SIGN)
+    return jnp.where(mask, jnp.maximum(ordered, jnp.uint32(1)), jnp.uint32(0))
 
 
-def _select_by_priority(priority: chex.Array, k: int) -> chex.Array:
-    """bool[N]: the k clients of largest priority (int32 bit patterns; `_NEVER` = never)."""
-    values, index = lax.top_k(lax.bitcast_convert_type(priority, jnp.float32), k)
-    return jnp.zeros(priority.shape, bool).at[index].set(values > 0)
+def _count(flags: chex.Array) -> chex.Array:
+    """int32[], the number of True entries of `flags` (bool[N])."""
+    if flags.shape[-1] < 2**24:
+        return jnp.sum(flags.astype(jnp.float32)).astype(jnp.int32)
+    return jnp.sum(flags, dtype=jnp.int32)
+
+
+def _kth_largest(keys: chex.Array, k: int) -> chex.Array:
+    """u32[], the k-th largest entry of `keys` (u32[N], k <= N).
+
+    The largest threshold with at least k keys at or above it, found bit by bit from
+    the most significant one. The 32 steps are unrolled: a rolled loop costs twice as
+    much on CPU (docs/benchmarks.md).
+    """
+
+    def step(i, low):
+        candidate = low | (jnp.uint32(1) << (31 - i))
+        return jnp.where(_count(keys >= candidate) >= k, candidate, low)
+
+    return lax.fori_loop(0, 32, step, jnp.uint32(0), unroll=True)
+
+
+def _random_subset(size: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey, n: int):
+    """bool[n]: a uniformly random subset of `take` of the ranks `0, ..., size - 1`.
+
+    Floyd's algorithm: for j = size - take, ..., size - 1, draw t uniform in [0, j] and
+    add t, or j when t is already in; every subset of the right size is equally likely.
+    `take <= min(k, size)` and `size <= n`; `k` bounds the iterations. t is a 32-bit
+    random word modulo j + 1, uniform up to a relative bias below n / 2^32.
+    """
+    last = size - take + jnp.arange(k, dtype=jnp.int32)
+    span = jnp.maximum(last + 1, 1).astype(jnp.uint32)
+    draw = (jax.random.bits(key, (k,)) % span).astype(jnp.int32)
+
+    def add(i, chosen):
+        pos = jnp.where(chosen[draw[i]], last[i], draw[i])
+        return chosen.at[pos].set(chosen[pos] | (i < take), mode="drop")
+
+    return lax.fori_loop(0, k, add, jnp.zeros((n,), bool))
+
+
+def _rank(flags: chex.Array) -> chex.Array:
+    """int32[N]: the number of True entries of `flags` (bool[N]) before each entry.
+
+    A prefix count without a scan: flags are packed 32 to a word, each entry counts the
+    bits below it in its word (`population_count`) and adds the counts of the words
+    before (a cumulative sum over N / 32 words). XLA's CPU `cumsum` over N costs about
+    ten times more.
+    """
+    n = flags.shape[0]
+    blocks = jnp.pad(flags, (0, -n % 32)).reshape(-1, 32).astype(jnp.uint32)
+    bit = jnp.arange(32, dtype=jnp.uint32)
+    words = jnp.sum(blocks << bit, axis=1, dtype=jnp.uint32)
+    per_word = lax.population_count(words).astype(jnp.int32)
+    before_word = jnp.cumsum(per_word) - per_word
+    below = lax.population_count(words[:, None] & ((jnp.uint32(1) << bit) - 1))
+    return (before_word[:, None] + below.astype(jnp.int32)).reshape(-1)[:n]
 
 
 def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -50,7 +108,9 @@ def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
-    return _select_by_priority(jnp.where(mask, _tie_break(key, mask.shape), _NEVER), k)
+    size = _count(mask)
+    chosen = _random_subset(size, jnp.minimum(size, k), k, key, mask.shape[0])
+    return mask & chosen[_rank(mask)]
 
 
 def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -59,7 +119,8 @@ def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey
     The k-th largest masked score `v` splits the eligible clients into those strictly
     above `v` (all selected) and those equal to `v` (the remaining slots are filled by a
     uniformly random subset of them). Clients scoring `-inf` are eligible like any other;
-    fewer than k eligible clients leave slots empty.
+    fewer than k eligible clients leave slots empty. Scores are compared in the total
+    order of f32 (-0.0 below +0.0).
 
     Args:
       scores: f32[N], higher is better (indices, sampled means, ...).
@@ -70,11 +131,13 @@ def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
-    masked = jnp.where(mask, scores, -jnp.inf)
-    kth = jnp.min(lax.top_k(masked, k)[0])
-    u = _tie_break(key, mask.shape)
-    priority = jnp.where(masked > kth, _ABOVE, jnp.where(masked == kth, u, _NEVER))
-    return _select_by_priority(jnp.where(mask, priority, _NEVER), k)
+    keys = _order_key(scores, mask)
+    kth = _kth_largest(keys, k)
+    above = keys > kth
+    # kth == 0 means fewer than k eligible clients: all of them are above it.
+    tied = (keys == kth) & (kth > 0)
+    chosen = _random_subset(_count(tied), k - _count(above), k, key, keys.shape[0])
+    return above | (tied & chosen[_rank(tied)])
 
 
 def gumbel_top_k(logits: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -101,15 +164,18 @@ def top_k_mask(scores: chex.Array, mask: chex.Array, k: int) -> chex.Array:
     """Deterministic top-k of `scores` in `mask`, ties to the lower index (for oracles).
 
     Args:
-      scores: f32[N] of finite values.
+      scores: f32[N] of finite values (`-inf` is never selected).
       mask: bool[N], eligible clients.
       k: static cohort size.
 
     Returns:
-      bool[N] with exactly min(k, sum(mask)) entries set.
+      bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
-    values, index = lax.top_k(jnp.where(mask, scores, -jnp.inf), k)
-    return jnp.zeros(scores.shape, bool).at[index].set(values > -jnp.inf)
+    keys = _order_key(scores, mask & (scores > -jnp.inf))
+    kth = _kth_largest(keys, k)
+    above = keys > kth
+    tied = (keys == kth) & (kth > 0)
+    return above | (tied & (_rank(tied) < k - _count(above)))
 
 
 def sherman_morrison_update(

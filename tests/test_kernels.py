@@ -107,3 +107,28 @@ def test_top_k_mask_is_deterministic_lowest_index_on_ties(k):
     sel = np.asarray(kernels.top_k_mask(scores, mask, k))
     expected = {1: [1], 2: [1, 2], 4: [0, 1, 2, 3]}[k]
     np.testing.assert_array_equal(np.flatnonzero(sel), expected)
+
+
+def test_rank_counts_the_true_entries_before_each_one():
+    rng = np.random.default_rng(3)
+    for n in (1, 5, 31, 32, 33, 100, 1000):
+        flags = rng.random(n) < rng.random()
+        got = np.asarray(jax.jit(kernels._rank)(jnp.asarray(flags)))
+        np.testing.assert_array_equal(got, np.cumsum(flags) - flags)
+
+
+def test_top_k_mask_equals_lax_top_k():
+    # The bisection finds what XLA's TopK finds, ties to the lower index included.
+    rng = np.random.default_rng(4)
+    batch, n, k = 300, 40, 7
+    scores = rng.integers(-3, 4, (batch, n)).astype(np.float32) * rng.choice([0.5, 1e-3, 1e30])
+    scores[rng.random((batch, n)) < 0.05] = np.inf
+    scores[:, 0] = -0.0
+    mask = rng.random((batch, n)) < rng.random((batch, 1))
+
+    def reference(s, m):
+        values, index = jax.lax.top_k(jnp.where(m, s, -jnp.inf), k)
+        return jnp.zeros(s.shape, bool).at[index].set(values > -jnp.inf)
+
+    got = jax.vmap(lambda s, m: kernels.top_k_mask(s, m, k))(scores, mask)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.vmap(reference)(scores, mask)))

@@ -40,9 +40,9 @@ def test_availability_rate_and_oracle_among_available():
     avail = np.asarray(jax.vmap(lambda k: env.observe(state, 1, k).available)(keys))
     p = np.array([1.0, 0.5, 0.0, 0.25])
     assert np.all(np.abs(avail.mean(0) - p) <= 4.5 * np.sqrt(p * (1 - p) / draws) + 1e-9)
-    for row in avail[:200]:
-        inp = env.observe(state, 1, keys[0])._replace(available=jnp.asarray(row))
-        best = np.asarray(env.oracle(state, inp).selected)
+    inp = env.observe(state, 1, keys[0])
+    oracle = jax.jit(jax.vmap(lambda a: env.oracle(state, inp._replace(available=a)).selected))
+    for row, best in zip(avail[:200], np.asarray(oracle(avail[:200])), strict=True):
         eligible = np.flatnonzero(row)
         expected = eligible[np.argsort(-MEANS[eligible], kind="stable")][:2]
         assert sorted(np.flatnonzero(best)) == sorted(expected)
