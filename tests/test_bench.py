@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+import bandits
+import fedjax_sel
+from fedjax_sel import envs, runner
 from launch import bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,3 +82,38 @@ def test_command_line(tmp_path):
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| random |")]
     assert len(rows) == 2  # logged as it runs, then in the final table
     assert rows[-1].split("|")[2].strip() == "10"
+
+
+def test_memory_run_command_line(tmp_path):
+    # A budget that fits 2 trials but not 4 runs 5 trials in chunks of 2, with the
+    # numbers of an unchunked run of the same seed.
+    env, policies = envs.bernoulli(20, 2), {"ucb": bandits.make("ucb", 20, 2)}
+    assert runner.trials_per_chunk_for_budget(policies, env, 4, 5, 10**9) == 8
+    # What the run keeps whatever the chunking is a few hundred bytes here.
+    budget = 3 * runner.trial_memory_bytes(env, policies["ucb"]) + 1024
+    assert runner.trials_per_chunk_for_budget(policies, env, 4, 5, budget) == 2
+    out = tmp_path / "memory.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.memory_run",
+            "--num_clients=20",
+            "--num_trials=5",
+            "--num_rounds=4",
+            "--rounds_per_chunk=2",
+            f"--memory_budget_bytes={budget}",
+            f"--checkpoint_dir={tmp_path / 'ckpt'}",
+            f"--output={out}",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(out.read_text())
+    assert report["trials_per_chunk"] == 2
+    assert report["peak_rss_bytes"] > 0 and report["wall_s"] > 0
+    whole = fedjax_sel.simulate(policies, env, num_rounds=4, num_trials=5, seed=0)
+    assert report["final_regret_mean"] == whole.final("ucb")[0]

@@ -132,3 +132,16 @@ def test_top_k_mask_equals_lax_top_k():
 
     got = jax.vmap(lambda s, m: kernels.top_k_mask(s, m, k))(scores, mask)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.vmap(reference)(scores, mask)))
+
+
+def test_uniform_subset_draws_every_subset_equally_often():
+    # Floyd's algorithm: 3 of the 5 eligible clients, each of the 10 subsets with
+    # probability 1/10 (4.5 sigma over 10 comparisons).
+    mask = jnp.array([True, False, True, True, True, False, True])
+    draws = 20000
+    keys = jax.random.split(jax.random.PRNGKey(7), draws)
+    sel = np.asarray(jax.jit(jax.vmap(lambda key: kernels.uniform_subset(mask, 3, key)))(keys))
+    assert np.all(sel.sum(1) == 3) and not np.any(sel[:, [1, 5]])
+    subsets = [c for c in itertools.combinations(range(7), 3) if not {1, 5} & set(c)]
+    freq = np.array([np.mean(np.all(sel[:, list(c)], axis=1)) for c in subsets])
+    np.testing.assert_allclose(freq, 0.1, atol=4.5 * np.sqrt(0.1 * 0.9 / draws))
