@@ -126,7 +126,7 @@ def test_huang_fig5_panels_follow_the_paper():
     # (a)-(c) Fashion-MNIST, (d)-(f) CIFAR-10, each with gamma_1 = 1, 10, iid.
     options = Options("calibrated", "unused")
     images, setting = huang_training.load_images(options, "cifar10", 1.0)
-    assert images.x.shape[2:] == (32, 32, 3) and setting.model == "cnn_cifar10"
+    assert images.x.shape[2:] == (16, 16, 3) and setting.model == "cnn_cifar10"
     np.testing.assert_array_equal(images.counts, 50)
     images, setting = huang_training.load_images(options, "fashion_mnist", None)
     assert images.x.shape[2:] == (16, 16, 1) and setting.model == "cnn_mnist"
