@@ -190,8 +190,7 @@ def _gamma_label(gamma_1: float | None) -> str:
 
 def _dataset_label(options: Options, family: str) -> str:
     if options.dataset in (None, "gaussian_mixture"):
-        shape = "x".join(map(str, STAND_INS[family].image_shape))
-        return f"{shape} Gaussian mixture for {family}"
+        return "stand-in " + "x".join(map(str, STAND_INS[family].image_shape))
     return options.dataset
 
 
@@ -209,8 +208,8 @@ def _fig5(panel: str, options: Options) -> dict:
     monotone = all(a < b for a, b in zip(ordered[:-1], ordered[1:], strict=True))
     path = os.path.join(options.output_dir, f"huang_training_fig5{panel}_{options.setting}.png")
     title = (
-        f"Huang Fig. 5({panel}) ({_dataset_label(options, family)}, "
-        f"gamma_1 = {_gamma_label(gamma_1)})"
+        f"Huang Fig. 5({panel}): {_dataset_label(options, family)}, "
+        f"gamma_1 = {_gamma_label(gamma_1)}"
     )
     plot_accuracy(results, path, title, time_axis=False)
     return {
@@ -301,7 +300,7 @@ def fig6(options: Options) -> dict:
         all(r is not None for r in rounds) and np.all(np.diff(rounds) >= 0)
     )
     path = os.path.join(options.output_dir, f"huang_training_fig6_{options.setting}.png")
-    title = f"Huang Fig. 6(a) ({_dataset_label(options, 'fashion_mnist')}, gamma_1 = 1)"
+    title = f"Huang Fig. 6(a): {_dataset_label(options, 'fashion_mnist')}, gamma_1 = 1"
     plot_accuracy(results, path, title, time_axis=False)
     numbers["holds"] = (
         numbers["smaller_v_higher_accuracy"] and numbers["random_best"] and numbers["fedcs_worst"]
@@ -325,7 +324,7 @@ def fig7(options: Options) -> dict:
         all(times["FedCS(3)"]["high"] < times[p]["high"] < times["random"]["high"] for p in rbcs)
     )
     path = os.path.join(options.output_dir, f"huang_training_fig7_{options.setting}.png")
-    title = f"Huang Figs. 6(a), 7(a) ({_dataset_label(options, 'fashion_mnist')}, gamma_1 = 1)"
+    title = f"Huang Figs. 6-7(a): {_dataset_label(options, 'fashion_mnist')}, gamma_1 = 1"
     plot_accuracy(results, path, title, time_axis=True)
     numbers["holds"] = (
         numbers["fedcs_fastest_at_low_accuracy"]
