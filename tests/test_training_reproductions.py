@@ -125,13 +125,13 @@ def test_huang_fig5_panel_runs_on_a_small_setting(tmp_path, monkeypatch):
 def test_huang_fig5_panels_follow_the_paper():
     # (a)-(c) Fashion-MNIST, (d)-(f) CIFAR-10, each with gamma_1 = 1, 10, iid.
     options = Options("calibrated", "unused")
-    images, setting = huang_training.load_images(options, "cifar10", 1.0)
-    assert images.x.shape[2:] == (16, 16, 3) and setting.model == "cnn_cifar10"
-    np.testing.assert_array_equal(images.counts, 50)
-    images, setting = huang_training.load_images(options, "fashion_mnist", None)
+    images, setting = huang_training.load_images(options, "fashion_mnist", 1.0)
     assert images.x.shape[2:] == (16, 16, 1) and setting.model == "cnn_mnist"
+    np.testing.assert_array_equal(images.counts, 50)
+    images, setting = huang_training.load_images(options, "cifar10", None)
+    assert images.x.shape[2:] == (16, 16, 3) and setting.model == "cnn_cifar10"
     # The i.i.d. panel splits the pool without overlap.
-    flat = np.asarray(images.x).reshape(-1, 256)
+    flat = np.asarray(images.x).reshape(-1, 16 * 16 * 3)
     assert np.unique(flat, axis=0).shape[0] == flat.shape[0]
     assert [huang_training.PANELS[p] for p in "abcdef"] == [
         ("fashion_mnist", 1.0),
