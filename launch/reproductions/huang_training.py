@@ -165,8 +165,7 @@ def load_images(
 
 
 def _model(images: FederatedData, setting: Setting) -> models.Model:
-    name = "cnn_cifar10" if images.x.shape[-1] == 3 else setting.model
-    return models.get(name, images.x.shape[2:], images.num_classes)
+    return models.get(setting.model, images.x.shape[2:], images.num_classes)
 
 
 def _training_env(images, setting, num_selected: int, **kwargs) -> Env:
