@@ -6,6 +6,12 @@ the figure's claim rests on, and prints the JSON. Flagfiles for every figure are
 
   python -m launch.reproduce --flagfile=launch/flagfiles/huang_fig3_calibrated.cfg
 
+The training figures take `--dataset` (and `--data_dir`) to run on a prepared tfds
+dataset instead of their offline default:
+
+  python -m launch.reproduce --flagfile=launch/flagfiles/huang_training_fig5a_calibrated.cfg \
+      --dataset=fashion_mnist --data_dir=~/tensorflow_datasets
+
 The figures themselves live in `launch/reproductions/<paper>.py`.
 """
 
@@ -25,6 +31,13 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", "out/reproductions", "Output dir
 _NUM_TRIALS = flags.DEFINE_integer("num_trials", None, "Trials (default: the figure's).")
 _NUM_ROUNDS = flags.DEFINE_integer("num_rounds", None, "Rounds (default: the figure's).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.", lower_bound=0)
+_DATASET = flags.DEFINE_string(
+    "dataset",
+    None,
+    "Training figures: a dataset replacing the offline default, e.g. a prepared tfds "
+    "fashion_mnist, cifar10, mnist or emnist (default: the figure's own).",
+)
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data directory of --dataset.")
 
 
 def main(argv):
@@ -40,6 +53,8 @@ def main(argv):
         num_trials=_NUM_TRIALS.value,
         num_rounds=_NUM_ROUNDS.value,
         seed=_SEED.value,
+        dataset=_DATASET.value,
+        data_dir=_DATA_DIR.value,
     )
     try:
         numbers = reproductions.reproduce(_PAPER.value, _FIGURE.value, options)

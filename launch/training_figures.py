@@ -2,7 +2,8 @@
 
 The training figures run offline on small datasets of `fedjax_sel.data` (scikit-learn's
 digits, Gaussian-mixture images) with the papers' models from `models`; each figure
-module says which dataset of the paper its setting replaces.
+module says which dataset of the paper its setting replaces. `Options.dataset` re-runs
+a figure on another dataset, e.g. a prepared tfds one (`load_data`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,21 @@ import os
 import numpy as np
 
 import fedjax_sel
-from fedjax_sel import fl
+from fedjax_sel import data, fl
+from fedjax_sel.data.federated import FederatedData
+from fedjax_sel.data.sources import TFDS_DATASETS
 from fedjax_sel.results import Results
+
+# Datasets a figure on the digits may be re-run on (`Options.dataset`).
+DIGITS_DATASETS = ("digits", "mnist", "fashion_mnist", "emnist", "cifar10")
+
+
+def load_data(options, default: str, num_clients: int, partition: str, **kw) -> FederatedData:
+    """`data.load` of `options.dataset` (from `options.data_dir` for tfds) or of `default`."""
+    name = options.dataset or default
+    if name in TFDS_DATASETS:
+        kw["data_dir"] = options.data_dir
+    return data.load(name, num_clients, partition, seed=options.seed, **kw)
 
 
 def run_policies(policies, env, options, rounds: int, trials: int, config: dict) -> Results:

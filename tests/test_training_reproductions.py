@@ -1,9 +1,9 @@
-"""The training reproductions: Xia Figs. 2 and 6 end to end on a tiny setting, Huang's selector.
+"""The training reproductions on tiny settings: Xia Figs. 2 and 6, Huang Figs. 5-7, --dataset.
 
-Huang Fig. 5 and Chen Fig. 5 compile four training programs each; they run through
-their flagfiles (docs/reproductions/training.md), and the test suite checks here the
-pieces of them that no other test covers: the Dirichlet-biased selector (Huang) and
-the delay environment driving training (Chen, `tests/test_training_env.py`).
+The Huang figures compile one CNN training program per policy; here they run with a
+logistic regression in place of the CNN (monkeypatched), which checks the figures'
+plumbing and claims' logic, not the claims. Chen Fig. 5 runs through its flagfile; its
+delay environment driving training is tested in `tests/test_training_env.py`.
 """
 
 import os
@@ -11,9 +11,14 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+import tensorflow_datasets as tfds
 
+import fedjax_sel
+import models
+from fedjax_sel import envs
 from fedjax_sel.types import RoundInput
-from launch.reproductions import Options, reproduce
+from launch.reproductions import Options, huang_training, reproduce
 from launch.reproductions.huang_training import dirichlet_biased
 
 
@@ -65,3 +70,116 @@ def test_dirichlet_biased_selection_follows_its_probabilities():
     q /= q.sum()
     # Binomial standard error <= 0.008 at 4000 draws; 0.035 is > 4 of them.
     np.testing.assert_allclose(freq, q, atol=0.035)
+
+
+def test_dataset_option_is_checked_before_anything_runs(tmp_path):
+    options = Options("calibrated", str(tmp_path), num_trials=1, num_rounds=2)
+    with pytest.raises(ValueError, match=r"dataset must be one of .*'fashion_mnist'.*'imagenet'"):
+        reproduce("huang_training", "5a", options._replace(dataset="imagenet"))
+    # The digits figures cannot take images the Huang CNNs need, and vice versa.
+    with pytest.raises(ValueError, match="dataset must be one of"):
+        reproduce("huang_training", "6", options._replace(dataset="digits"))
+    with pytest.raises(ValueError, match="trains no model"):
+        reproduce("huang", "3", options._replace(dataset="mnist"))
+    with pytest.raises(ValueError, match="data_dir needs a dataset"):
+        reproduce("xia_training", "2", options._replace(data_dir=str(tmp_path)))
+    assert not os.listdir(tmp_path)
+
+
+def test_xia_fig2_runs_on_a_prepared_tfds_dataset(tmp_path):
+    options = Options(
+        "calibrated", str(tmp_path), num_trials=1, num_rounds=2, dataset="mnist", data_dir="x"
+    )
+    with tfds.testing.mock_data(num_examples=100):
+        numbers = reproduce("xia_training", "2", options)
+    assert numbers["dataset"] == "mnist"
+    # The test set is the 100 mock images: every round's accuracy is a multiple of 1/100,
+    # so the mean of the two rounds is one of 1/200 (the digits' test set has 359 images).
+    final = np.array(list(numbers["final_accuracy"].values()))
+    np.testing.assert_allclose(final * 200, np.round(final * 200), atol=1e-3)
+    assert os.path.exists(tmp_path / "xia_training_fig2_calibrated.png")
+
+
+def _logistic(images, setting):
+    """A model that compiles in seconds in place of the figures' CNNs."""
+    del setting
+    return models.get("logistic_regression", images.x.shape[2:], images.num_classes)
+
+
+def test_huang_fig5_panel_runs_on_a_small_setting(tmp_path, monkeypatch):
+    monkeypatch.setattr(huang_training, "_model", _logistic)
+    options = Options("calibrated", str(tmp_path), num_trials=1, num_rounds=2)
+    numbers = reproduce("huang_training", "5f", options)
+    assert numbers["gamma_1"] == "iid" and numbers["dataset"] == "gaussian_mixture"
+    assert set(numbers["final_accuracy"]) == {
+        "dirichlet_0.1",
+        "dirichlet_1",
+        "dirichlet_10",
+        "random",
+    }
+    final = [numbers["final_accuracy"][f"dirichlet_{g:g}"] for g in huang_training.GAMMA_2]
+    assert numbers["holds"] == bool(final[0] < final[1] < final[2])
+    assert os.path.exists(tmp_path / "huang_training_fig5f_calibrated.png")
+
+
+def test_huang_fig5_panels_follow_the_paper():
+    # (a)-(c) Fashion-MNIST, (d)-(f) CIFAR-10, each with gamma_1 = 1, 10, iid.
+    options = Options("calibrated", "unused")
+    images, setting = huang_training.load_images(options, "fashion_mnist", 1.0)
+    assert images.x.shape[2:] == (16, 16, 1) and setting.model == "cnn_mnist"
+    np.testing.assert_array_equal(images.counts, 50)
+    images, setting = huang_training.load_images(options, "cifar10", None)
+    assert images.x.shape[2:] == (16, 16, 3) and setting.model == "cnn_cifar10"
+    # The i.i.d. panel splits the pool without overlap.
+    flat = np.asarray(images.x).reshape(-1, 16 * 16 * 3)
+    assert np.unique(flat, axis=0).shape[0] == flat.shape[0]
+    assert [huang_training.PANELS[p] for p in "abcdef"] == [
+        ("fashion_mnist", 1.0),
+        ("fashion_mnist", 10.0),
+        ("fashion_mnist", None),
+        ("cifar10", 1.0),
+        ("cifar10", 10.0),
+        ("cifar10", None),
+    ]
+
+
+def test_huang_fig6_and_fig7_share_one_run_on_exchange_times(tmp_path, monkeypatch):
+    monkeypatch.setattr(huang_training, "_model", _logistic)
+    options = Options("calibrated", str(tmp_path), num_trials=1, num_rounds=3)
+    fig6 = reproduce("huang_training", "6", options)
+    fig7 = reproduce("huang_training", "7", options)
+    names = {"RBCS-F(1)", "RBCS-F(20)", "RBCS-F(100)", "random", "FedCS(3)"}
+    assert set(fig6["final_accuracy"]) == names
+    assert fig6["total_time_s"] == fig7["total_time_s"]
+    results = huang_training._selection_results(options)
+    for policy in names:
+        latency = results.curves[policy]["latency"]["mean"]
+        elapsed = results.curves[policy]["cumulative_latency"]["mean"]
+        # Fig. 7's time axis is the running sum of the exchange-time round lengths f.
+        np.testing.assert_allclose(elapsed, np.cumsum(latency), rtol=1e-5)
+        assert np.all(latency > 0.0)
+    assert fig6["holds"] == (
+        fig6["smaller_v_higher_accuracy"] and fig6["random_best"] and fig6["fedcs_worst"]
+    )
+    assert os.path.exists(tmp_path / "huang_training_fig6_calibrated.png")
+    assert os.path.exists(tmp_path / "huang_training_fig7_calibrated.png")
+
+
+def test_exchange_time_training_keeps_the_exchange_time_rounds(monkeypatch):
+    # The training environment takes the availability and contexts, hence FedCS(3)'s
+    # cohorts and the fairness queues, from the exchange-time model unchanged.
+    monkeypatch.setattr(huang_training, "_model", _logistic)
+    images, setting = huang_training.load_images(
+        Options("calibrated", "unused"), "fashion_mnist", 1.0
+    )
+    fedcs = {"FedCS(3)": huang_training.selection_policies()["FedCS(3)"]}
+    env = huang_training.exchange_time_training(images, setting)
+    bare = envs.exchange_time(40, 8, availability=0.8, fairness_rate=0.15)
+    runs = [
+        fedjax_sel.simulate(fedcs, e, num_rounds=6, num_trials=2, seed=3, progress=None)
+        for e in (env, bare)
+    ]
+    for metric in ("num_selected", "extra/mean_queue"):
+        trained, alone = (r.curves["FedCS(3)"][metric]["mean"] for r in runs)
+        np.testing.assert_array_equal(trained, alone)
+    assert runs[0].curves["FedCS(3)"]["num_selected"]["mean"].max() <= huang_training.FEDCS_SLOTS

@@ -25,6 +25,9 @@ class Options(NamedTuple):
       num_trials: Monte Carlo trials; None for the figure's default.
       num_rounds: rounds; None for the figure's default.
       seed: the seed of every random stream.
+      dataset: a dataset of `fedjax_sel.data` replacing a training figure's offline
+        default (e.g. a prepared tfds "fashion_mnist"); None for the default.
+      data_dir: the tfds data directory of `dataset`; None for tfds's default.
     """
 
     setting: str
@@ -32,6 +35,8 @@ class Options(NamedTuple):
     num_trials: int | None = None
     num_rounds: int | None = None
     seed: int = 0
+    dataset: str | None = None
+    data_dir: str | None = None
 
 
 class Figure(NamedTuple):
@@ -42,11 +47,14 @@ class Figure(NamedTuple):
       run: `options -> dict`, runs it, writes the figure to `options.output_dir`, and
         returns the JSON-serialisable numbers (with a boolean `holds` per claim).
       settings: the settings it supports.
+      datasets: the datasets `Options.dataset` may name (training figures); empty
+        for figures without training data.
     """
 
     claim: str
     run: Callable[[Options], dict[str, Any]]
     settings: tuple[str, ...] = ("literal", "calibrated")
+    datasets: tuple[str, ...] = ()
 
 
 def papers() -> list[str]:
@@ -74,6 +82,13 @@ def reproduce(paper: str, figure: str, options: Options) -> dict[str, Any]:
             f"setting must be one of {fig.settings} for {paper} figure {figure}, "
             f"got {options.setting!r}."
         )
+    if options.dataset is not None and options.dataset not in fig.datasets:
+        allowed = f"one of {fig.datasets}" if fig.datasets else "None (it trains no model)"
+        raise ValueError(
+            f"dataset must be {allowed} for {paper} figure {figure}, got {options.dataset!r}."
+        )
+    if options.data_dir is not None and options.dataset is None:
+        raise ValueError("data_dir needs a dataset: name the prepared tfds dataset to read.")
     os.makedirs(options.output_dir, exist_ok=True)
     numbers = {"paper": paper, "figure": figure, "claim": fig.claim, **fig.run(options)}
     stem = os.path.join(options.output_dir, f"{paper}_fig{figure}_{options.setting}")

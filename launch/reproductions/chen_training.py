@@ -27,17 +27,24 @@ from __future__ import annotations
 import os
 
 import models
-from fedjax_sel import data, envs
+from fedjax_sel import envs
 from launch.reproductions import Figure, Options
 from launch.reproductions.chen import NUM_SERVERS, PER_SERVER, policies
-from launch.training_figures import final_accuracy, plot_accuracy, run_policies, time_to
+from launch.training_figures import (
+    DIGITS_DATASETS,
+    final_accuracy,
+    load_data,
+    plot_accuracy,
+    run_policies,
+    time_to,
+)
 
 NUM_CLIENTS = 18
 ROUNDS = 150
 
 
 def fig5(options: Options) -> dict:
-    digits = data.load("digits", NUM_CLIENTS, "iid", seed=options.seed)
+    digits = load_data(options, "digits", NUM_CLIENTS, "iid")
     model = models.get("mlp_128", digits.x.shape[2:], digits.num_classes)
     delays = envs.make("dfl_delay", NUM_CLIENTS, PER_SERVER, num_servers=NUM_SERVERS)
     env = envs.make(
@@ -62,6 +69,7 @@ def fig5(options: Options) -> dict:
     path = os.path.join(options.output_dir, f"chen_training_fig5_{options.setting}.png")
     plot_accuracy(results, path, "Chen Fig. 5 (digits, DFL)", time_axis=True)
     return {
+        "dataset": options.dataset or "digits",
         "final_accuracy": final,
         "target_accuracy": target,
         "time_to_target_s": times,
@@ -77,5 +85,6 @@ FIGURES = {
         ),
         run=fig5,
         settings=("calibrated",),
+        datasets=DIGITS_DATASETS,
     ),
 }

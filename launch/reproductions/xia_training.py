@@ -35,9 +35,16 @@ import numpy as np
 
 import bandits
 import models
-from fedjax_sel import data, envs, fl
+from fedjax_sel import envs, fl
 from launch.reproductions import Figure, Options
-from launch.training_figures import final_accuracy, plot_accuracy, run_policies, time_to
+from launch.training_figures import (
+    DIGITS_DATASETS,
+    final_accuracy,
+    load_data,
+    plot_accuracy,
+    run_policies,
+    time_to,
+)
 
 NUM_CLIENTS, NUM_CHANNELS = 20, 5
 
@@ -64,7 +71,7 @@ def _digits_env(digits, num_clients: int, num_channels: int, **kwargs):
 
 
 def fig2(options: Options) -> dict:
-    digits = data.load("digits", NUM_CLIENTS, "iid", seed=options.seed, heldout_fraction=0.2)
+    digits = load_data(options, "digits", NUM_CLIENTS, "iid", heldout_fraction=0.2)
     env = _digits_env(digits, NUM_CLIENTS, NUM_CHANNELS, weighting="uniform")
     k = NUM_CHANNELS
     policies = {
@@ -85,6 +92,7 @@ def fig2(options: Options) -> dict:
     path = os.path.join(options.output_dir, f"xia_training_fig2_{options.setting}.png")
     plot_accuracy(results, path, "Xia Fig. 2 (digits, FedSGD)", time_axis=True)
     return {
+        "dataset": options.dataset or "digits",
         "final_accuracy": final,
         "target_accuracy": target,
         "rounds_to_target": rounds,
@@ -97,11 +105,11 @@ def fig2(options: Options) -> dict:
 
 def fig6(options: Options) -> dict:
     num_clients, num_channels = 10, 4
-    digits = data.load(
+    digits = load_data(
+        options,
         "digits",
         num_clients,
         "label_shards",
-        seed=options.seed,
         labels_per_client=[5, 5] + [1] * (num_clients - 2),
         heldout_fraction=0.2,
     )
@@ -126,6 +134,7 @@ def fig6(options: Options) -> dict:
     path = os.path.join(options.output_dir, f"xia_training_fig6_{options.setting}.png")
     plot_accuracy(results, path, "Xia Fig. 6 (digits, non-i.i.d., FedSGD)", time_axis=True)
     return {
+        "dataset": options.dataset or "digits",
         "final_accuracy": final,
         "target_accuracy": target,
         "rounds_to_target": rounds,
@@ -146,6 +155,7 @@ FIGURES = {
         ),
         run=fig2,
         settings=("calibrated",),
+        datasets=DIGITS_DATASETS,
     ),
     "6": Figure(
         claim=(
@@ -154,5 +164,6 @@ FIGURES = {
         ),
         run=fig6,
         settings=("calibrated",),
+        datasets=DIGITS_DATASETS,
     ),
 }
