@@ -60,6 +60,14 @@ def _kth_largest(keys: chex.Array, k: int) -> chex.Array:
     return lax.fori_loop(0, 32, step, jnp.uint32(0), unroll=True)
 
 
+def _split_at_kth(scores: chex.Array, mask: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
+    """(bool[N], bool[N]): the eligible clients above the k-th largest masked score, and
+    those equal to it (none when fewer than k are eligible: then all are above)."""
+    keys = _order_key(scores, mask)
+    kth = _kth_largest(keys, k)
+    return keys > kth, (keys == kth) & (kth > 0)
+
+
 def _random_subset(size: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey, n: int):
     """bool[n]: a uniformly random subset of `take` of the ranks `0, ..., size - 1`.
 
@@ -131,12 +139,8 @@ def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
-    keys = _order_key(scores, mask)
-    kth = _kth_largest(keys, k)
-    above = keys > kth
-    # kth == 0 means fewer than k eligible clients: all of them are above it.
-    tied = (keys == kth) & (kth > 0)
-    chosen = _random_subset(_count(tied), k - _count(above), k, key, keys.shape[0])
+    above, tied = _split_at_kth(scores, mask, k)
+    chosen = _random_subset(_count(tied), k - _count(above), k, key, scores.shape[0])
     return above | (tied & chosen[_rank(tied)])
 
 
@@ -171,10 +175,7 @@ def top_k_mask(scores: chex.Array, mask: chex.Array, k: int) -> chex.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
-    keys = _order_key(scores, mask & (scores > -jnp.inf))
-    kth = _kth_largest(keys, k)
-    above = keys > kth
-    tied = (keys == kth) & (kth > 0)
+    above, tied = _split_at_kth(scores, mask & (scores > -jnp.inf), k)
     return above | (tied & (_rank(tied) < k - _count(above)))
 
 

@@ -15,6 +15,18 @@ from launch import bench
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _run_module(args):
+    """Runs `python -m args...` from the repository root on CPU; fails on a non-zero exit."""
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
 def test_run_suite_cells_and_table():
     results = bench.run_suite(
         policies=["random", "round_robin"],
@@ -57,10 +69,8 @@ def test_unknown_policy():
 
 def test_command_line(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run(
+    proc = _run_module(
         [
-            sys.executable,
-            "-m",
             "launch.bench",
             "--policies=random",
             "--num_clients=10",
@@ -69,12 +79,7 @@ def test_command_line(tmp_path):
             "--repeats=1",
             "--reference_trials=1",
             f"--output={out}",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
-        capture_output=True,
-        text=True,
-        check=True,
+        ]
     )
     results = json.loads(out.read_text())
     (cell,) = results["cells"]
@@ -93,10 +98,8 @@ def test_memory_run_command_line(tmp_path):
     budget = 3 * runner.trial_memory_bytes(env, policies["ucb"]) + 1024
     assert runner.trials_per_chunk_for_budget(policies, env, 4, 5, budget) == 2
     out = tmp_path / "memory.json"
-    subprocess.run(
+    _run_module(
         [
-            sys.executable,
-            "-m",
             "launch.memory_run",
             "--num_clients=20",
             "--num_trials=5",
@@ -105,12 +108,7 @@ def test_memory_run_command_line(tmp_path):
             f"--memory_budget_bytes={budget}",
             f"--checkpoint_dir={tmp_path / 'ckpt'}",
             f"--output={out}",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
-        capture_output=True,
-        text=True,
-        check=True,
+        ]
     )
     report = json.loads(out.read_text())
     assert report["trials_per_chunk"] == 2
