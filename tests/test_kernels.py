@@ -145,3 +145,46 @@ def test_uniform_subset_draws_every_subset_equally_often():
     subsets = [c for c in itertools.combinations(range(7), 3) if not {1, 5} & set(c)]
     freq = np.array([np.mean(np.all(sel[:, list(c)], axis=1)) for c in subsets])
     np.testing.assert_allclose(freq, 0.1, atol=4.5 * np.sqrt(0.1 * 0.9 / draws))
+
+
+@pytest.mark.parametrize("ties", ["none", "some", "all"])
+def test_batched_kernels_equal_per_trial_calls(ties):
+    """Under vmap the tie-break runs only in batches where some trial needs it; every
+    trial's selection must still equal the unbatched call's, bit for bit."""
+    rng = np.random.default_rng({"none": 0, "some": 1, "all": 2}[ties])
+    batch, n, k = 8, 12, 4
+    scores = rng.permutation(np.arange(batch * n)).reshape(batch, n).astype(np.float32)
+    mask = rng.random((batch, n)) < 0.8
+    mask[0, :] = False
+    mask[1, 2:] = False  # fewer eligible than k: nothing to break
+    if ties != "none":
+        tied_rows = range(2, batch) if ties == "all" else [5]
+        for i in tied_rows:
+            scores[i] = rng.integers(0, 3, n)
+            mask[i] = True
+    keys = jax.random.split(jax.random.PRNGKey(3), batch)
+    calls = {
+        "masked_top_k": (
+            lambda s, m, key: kernels.masked_top_k(s, m, k, key),
+            (scores, mask, keys),
+        ),
+        "top_k_mask": (lambda s, m: kernels.top_k_mask(s, m, k), (scores, mask)),
+        "uniform_subset": (
+            lambda m, key: kernels.uniform_subset(m, k, key),
+            (mask if ties != "none" else mask & (np.arange(n) < k), keys),
+        ),
+        "grouped_masked_top_k": (
+            lambda s, m, key: kernels.grouped_masked_top_k(s, m, 2, key, 3),
+            (scores, mask, keys),
+        ),
+    }
+    for name, (fn, args) in calls.items():
+        batched = np.asarray(jax.jit(jax.vmap(fn))(*args))
+        looped = np.stack([np.asarray(jax.jit(fn)(*(a[i] for a in args))) for i in range(batch)])
+        np.testing.assert_array_equal(batched, looped, err_msg=name)
+        # The selections are the right size, whichever branch ran.
+        if name != "grouped_masked_top_k":
+            eligible = args[1] if name != "uniform_subset" else args[0]
+            np.testing.assert_array_equal(
+                batched.sum(1), np.minimum(k, np.asarray(eligible).sum(1)), err_msg=name
+            )
