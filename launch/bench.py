@@ -194,8 +194,11 @@ def run_suite(
 ) -> dict[str, Any]:
     """Every cell of the grid; cells over `max_client_rounds` are listed as skipped."""
     for name in policies:
-        if name not in bandits.REGISTRY:
-            raise ValueError(f"unknown policy {name!r}; choose from {sorted(bandits.REGISTRY)}.")
+        if name not in numpy_reference.REGISTRY:
+            raise ValueError(
+                f"policies: {name!r} is not a policy with a NumPy reference on the stationary "
+                f"environment; choose from {sorted(numpy_reference.REGISTRY)}."
+            )
     cells, skipped = [], []
     for policy in policies:
         for n in num_clients:
@@ -253,7 +256,12 @@ def _define_flags() -> None:
     """Defines the command-line flags (only when run as a program, so that importing
     this module next to other launch scripts defines no clashing flags)."""
     ints = lambda values: [str(v) for v in values]
-    flags.DEFINE_list("policies", sorted(bandits.REGISTRY), "Policies to measure.")
+    flags.DEFINE_list(
+        "policies",
+        sorted(numpy_reference.REGISTRY),
+        "Policies to measure: those of `bandits` with a NumPy reference (the policies of the "
+        "stationary environment; the papers' policies are timed by their reproductions).",
+    )
     flags.DEFINE_list("num_clients", ints([100, 1000, 10000]), "Numbers of clients N.")
     flags.DEFINE_list("num_trials", ints([1, 100, 1000, 10000]), "Numbers of trials M.")
     flags.DEFINE_integer("num_rounds", 100, "Rounds T per trial.", lower_bound=1)

@@ -62,9 +62,11 @@ def test_run_suite_cells_and_table():
     assert results["machine"]["backend"] == "cpu"
 
 
-def test_unknown_policy():
-    with pytest.raises(ValueError, match="unknown policy"):
-        bench.run_suite(["nope"], [10], [1], 2)
+@pytest.mark.parametrize("name", ["nope", "cs_ucb"])
+def test_policy_without_reference_is_refused(name):
+    # cs_ucb is a policy of `bandits`, but of the latency environment: no reference here.
+    with pytest.raises(ValueError, match=f"policies: '{name}' is not a policy with a NumPy"):
+        bench.run_suite([name], [10], [1], 2)
 
 
 def test_command_line(tmp_path):
