@@ -22,7 +22,7 @@ def test_trial_memory_bytes_by_hand():
     assert runner.trial_memory_bytes(env, ucb) == 2 * (20 * N + 24) + 2 * (28 * N + 28)
 
 
-def test_chunk_is_the_largest_power_of_two_within_budget():
+def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_trials():
     env = envs.bernoulli(N, K)
     policies = {"ucb": bandits.ucb(N, K), "random": bandits.random(N, K)}
     per_trial = runner.trial_memory_bytes(env, policies["ucb"])  # the larger of the two
@@ -38,6 +38,30 @@ def test_chunk_is_the_largest_power_of_two_within_budget():
             assert fixed + per_trial * 2 * chunk > budget
     # Never more than the smallest power of two covering the trials.
     assert runner.trials_per_chunk_for_budget(policies, env, 5, 5, 10**12) == 8
+
+
+@pytest.mark.parametrize(
+    "num_trials, fits, expected",
+    [
+        # ceil(M / c) * (c + 64) for c = 8192, 4096, 2048, 1024, 512:
+        # 16512, 12480, 10560, 10880, 11520.
+        (10_000, 8192, 2048),
+        # c = 2048 ... 64: 2112, 2176, 1728, 1600, 1728, 2176.
+        (1025, 2048, 256),
+        # c = 8, 4, 2, 1: 72, 136, 198, 325 (no padding buys a fifth chunk).
+        (5, 8, 8),
+        (5, 2, 2),
+        (64, 64, 64),
+    ],
+)
+def test_chunk_pads_the_trials_least(num_trials, fits, expected):
+    env = envs.bernoulli(N, K)
+    policies = {"ucb": bandits.ucb(N, K)}
+    per_trial = runner.trial_memory_bytes(env, policies["ucb"])
+    fixed = 5 * 12 * 2 * 4 + num_trials * 7 * 4
+    budget = fixed + per_trial * fits  # fits `fits` trials, not twice as many
+    chunk = runner.trials_per_chunk_for_budget(policies, env, 5, num_trials, budget)
+    assert chunk == expected
 
 
 def test_results_equal_the_unchunked_run():
