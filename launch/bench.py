@@ -9,7 +9,8 @@ For each policy, number of clients N and number of trials M, one cell runs
 - client-rounds per second, M * T * N / (wall seconds of the run without compilation);
   the first call compiles (its compile time is reported apart, from JAX's own compile
   events), the next `--repeats` calls reuse the program and their median is taken;
-- the NumPy reference's client-rounds per second, from `--reference_trials` trials (it
+- the NumPy reference's client-rounds per second, from `--reference_trials` trials, or
+  as many as fill `--reference_seconds` when those take less (it
   runs one trial after another, so its rate does not depend on M) and the ratio;
 - the peak resident memory of the process during each run (Linux VmHWM, reset before
   each run) and its increase over the memory resident before the run;
@@ -25,6 +26,7 @@ and are printed as a Markdown table (docs/benchmarks.md).
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -163,13 +165,27 @@ def bench_jax(
 
 
 def bench_numpy(
-    policy: str, num_clients: int, num_trials: int, num_rounds: int, seed: int = 0
+    policy: str,
+    num_clients: int,
+    num_trials: int,
+    num_rounds: int,
+    seed: int = 0,
+    min_seconds: float = 0.0,
 ) -> dict[str, Any]:
-    """Runs the NumPy reference for `num_trials` trials."""
+    """Runs the NumPy reference for `num_trials` trials, or more if they took less than
+    `min_seconds`: then again with as many trials as fill `min_seconds` at that pace (a
+    run of a few milliseconds measures noise more than the reference)."""
     k = max(1, num_clients // 10)
-    r = measure(
-        lambda: numpy_reference.simulate(policy, num_clients, k, num_rounds, num_trials, seed)
-    )
+
+    def run(trials):
+        return measure(
+            lambda: numpy_reference.simulate(policy, num_clients, k, num_rounds, trials, seed)
+        )
+
+    r = run(num_trials)
+    if r["wall_s"] < min_seconds:
+        num_trials = math.ceil(num_trials * min_seconds / max(r["wall_s"], 1e-6))
+        r = run(num_trials)
     return {
         "trials": num_trials,
         "run_s": r["wall_s"],
@@ -187,6 +203,7 @@ def run_suite(
     num_rounds: int,
     repeats: int = 2,
     reference_trials: int = 2,
+    reference_seconds: float = 0.0,
     max_client_rounds: float = float("inf"),
     memory_budget_bytes: int | None = None,
     seed: int = 0,
@@ -209,7 +226,9 @@ def run_suite(
                     skipped.append(size)
                     continue
                 if reference is None:
-                    reference = bench_numpy(policy, n, reference_trials, num_rounds, seed)
+                    reference = bench_numpy(
+                        policy, n, reference_trials, num_rounds, seed, reference_seconds
+                    )
                 result = bench_jax(policy, n, m, num_rounds, repeats, seed, memory_budget_bytes)
                 cell = {
                     **size,
@@ -270,6 +289,13 @@ def _define_flags() -> None:
         "reference_trials", 2, "Trials of the NumPy reference per (policy, N).", lower_bound=1
     )
     flags.DEFINE_float(
+        "reference_seconds",
+        2.0,
+        "The NumPy reference runs more trials than --reference_trials when these take less "
+        "time: as many as fill this many seconds.",
+        lower_bound=0.0,
+    )
+    flags.DEFINE_float(
         "max_client_rounds", 2e9, "Skip cells with more trials x rounds x clients than this."
     )
     flags.DEFINE_integer(
@@ -299,6 +325,7 @@ def main(argv):
             num_rounds=f.num_rounds,
             repeats=f.repeats,
             reference_trials=f.reference_trials,
+            reference_seconds=f.reference_seconds,
             max_client_rounds=f.max_client_rounds,
             memory_budget_bytes=f.memory_budget_bytes,
             seed=f.seed,

@@ -62,6 +62,16 @@ def test_run_suite_cells_and_table():
     assert results["machine"]["backend"] == "cpu"
 
 
+def test_reference_runs_more_trials_to_fill_its_time_floor():
+    quick = bench.bench_numpy("round_robin", 10, 1, 3)
+    assert quick["trials"] == 1
+    floor = 50 * quick["run_s"]
+    longer = bench.bench_numpy("round_robin", 10, 1, 3, min_seconds=floor)
+    # Trials are scaled by floor / (time of one trial): about 50, whatever the noise.
+    assert longer["trials"] > 1
+    assert longer["client_rounds_per_s"] == longer["trials"] * 3 * 10 / longer["run_s"]
+
+
 @pytest.mark.parametrize("name", ["nope", "cs_ucb"])
 def test_policy_without_reference_is_refused(name):
     # cs_ucb is a policy of `bandits`, but of the latency environment: no reference here.
