@@ -11,8 +11,9 @@ MLP, and the server takes the sample-weighted mean of their updates.
     M k models through memory at every step;
   - sequential: one jitted client update called per selected client of every trial,
     updates summed on the host side, the way FedJAX runs clients.
-All start from the same models with the same keys and end with the same models (the
-script checks it). Compilation is excluded (one warm-up round each).
+All start from the same models with the same keys and end with the same models up to
+float32 rounding (the script reports the largest parameter difference). Compilation
+is excluded (one warm-up round each).
 
   python -m launch.bench_training --flagfile=launch/flagfiles/bench_training.cfg
 """

@@ -127,3 +127,19 @@ def test_memory_run_command_line(tmp_path):
     assert report["peak_rss_bytes"] > 0 and report["wall_s"] > 0
     whole = fedjax_sel.simulate(policies, env, num_rounds=4, num_trials=5, seed=0)
     assert report["final_regret_mean"] == whole.final("ucb")[0]
+
+
+def test_training_benchmark_command_line(tmp_path):
+    # Tiny defaults: 2 trials, 2 of 8 clients, 16 examples, an 8-128-10 MLP.
+    out = tmp_path / "training.json"
+    proc = _run_module(["launch.bench_training", "--num_rounds=2", f"--output={out}"])
+    numbers = json.loads(out.read_text())
+    assert json.loads(proc.stdout) == numbers
+    for side in ("vectorized", "mapped", "sequential"):
+        assert numbers[f"{side}_rounds_per_s"] > 0
+    assert numbers["speedup_vectorized"] == pytest.approx(
+        numbers["vectorized_rounds_per_s"] / numbers["sequential_rounds_per_s"]
+    )
+    # The three sides train the same clients from the same models with the same keys:
+    # they end with the same parameters up to float32 rounding.
+    assert numbers["max_abs_param_difference"] < 1e-5
