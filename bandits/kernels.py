@@ -14,12 +14,12 @@ at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
 Counts are summed in f32 (exact below 2^24 clients; XLA's CPU code vectorises f32 sums
 better than int32 ones) and in int32 beyond. Tie-breaking is skipped when every tied
 client fits in the cohort; under `jax.vmap` it is skipped when that holds for every
-member of the batch (`_choose_among_tied`), which for continuous scores is almost
-every round.
+member of the batch (`_choose_among_tied`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import chex
@@ -110,22 +110,21 @@ def _rank(flags: chex.Array) -> chex.Array:
     return (before_word[:, None] + below.astype(jnp.int32)).reshape(-1)[:n]
 
 
-def _random_tied(tied: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
-    """bool[N]: a uniformly random subset of `take` of the `tied` clients (Floyd's)."""
+def _random_tied(tied: chex.Array, take: chex.Array, key: chex.PRNGKey, k: int) -> chex.Array:
+    """bool[N]: a uniformly random subset of `take <= k` of the `tied` clients (Floyd's)."""
     chosen = _random_subset(_count(tied), take, k, key, tied.shape[0])
     return tied & chosen[_rank(tied)]
 
 
-def _lowest_tied(tied: chex.Array, take: chex.Array, k: int) -> chex.Array:
+def _lowest_tied(tied: chex.Array, take: chex.Array) -> chex.Array:
     """bool[N]: the `take` tied clients of lowest index."""
-    del k
     return tied & (_rank(tied) < take)
 
 
 def _choose_among_tied(
-    choose: Callable[..., chex.Array], tied: chex.Array, take: chex.Array, k: int, *key
+    choose: Callable[..., chex.Array], tied: chex.Array, take: chex.Array, *key
 ) -> chex.Array:
-    """`choose(tied, take, k, *key)`, or `tied` itself when it has at most `take` clients.
+    """`choose(tied, take, *key)`, or `tied` itself when it has at most `take` clients.
 
     `choose` returns `take` of the `tied` clients (bool[N]); with `take >= sum(tied)`
     every tied client is kept, whatever `choose` would draw, so it need not run. Under
@@ -140,15 +139,13 @@ def _choose_among_tied(
 
     @jax.custom_batching.custom_vmap
     def resolve(tied, take, *key):
-        return lax.cond(needed(tied, take), lambda: choose(tied, take, k, *key), lambda: tied)
+        return lax.cond(needed(tied, take), lambda: choose(tied, take, *key), lambda: tied)
 
     @resolve.def_vmap
     def resolve_batch(axis_size, in_batched, tied, take, *key):
         in_axes = [0 if b else None for b in in_batched]
         need = jax.vmap(needed, in_axes=in_axes[:2], axis_size=axis_size)(tied, take)
-        chosen = lambda: jax.vmap(
-            lambda t, m, *kk: choose(t, m, k, *kk), in_axes=in_axes, axis_size=axis_size
-        )(tied, take, *key)
+        chosen = lambda: jax.vmap(choose, in_axes=in_axes, axis_size=axis_size)(tied, take, *key)
         kept = lambda: jnp.broadcast_to(tied, (axis_size, tied.shape[-1]))
         return lax.cond(jnp.any(need), chosen, kept), True
 
@@ -166,7 +163,8 @@ def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
-    return _choose_among_tied(_random_tied, mask, jnp.minimum(_count(mask), k), k, key)
+    choose = functools.partial(_random_tied, k=k)
+    return _choose_among_tied(choose, mask, jnp.minimum(_count(mask), k), key)
 
 
 def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -188,7 +186,8 @@ def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
     above, tied = _split_at_kth(scores, mask, k)
-    return above | _choose_among_tied(_random_tied, tied, k - _count(above), k, key)
+    choose = functools.partial(_random_tied, k=k)
+    return above | _choose_among_tied(choose, tied, k - _count(above), key)
 
 
 def gumbel_top_k(logits: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -223,7 +222,7 @@ def top_k_mask(scores: chex.Array, mask: chex.Array, k: int) -> chex.Array:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
     above, tied = _split_at_kth(scores, mask & (scores > -jnp.inf), k)
-    return above | _choose_among_tied(_lowest_tied, tied, k - _count(above), k)
+    return above | _choose_among_tied(_lowest_tied, tied, k - _count(above))
 
 
 def sherman_morrison_update(
