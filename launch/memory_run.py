@@ -22,7 +22,7 @@ import fedjax_sel
 from fedjax_sel import envs
 from launch import bench
 
-_POLICY = flags.DEFINE_string("policy", "ucb", "Policy of bandits.REGISTRY.")
+_POLICY = flags.DEFINE_enum("policy", "ucb", sorted(bandits.REGISTRY), "Policy to run.")
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", 10000, "N.", lower_bound=10)
 _NUM_TRIALS = flags.DEFINE_integer("num_trials", 10000, "Trials M.", lower_bound=1)
 _NUM_ROUNDS = flags.DEFINE_integer("num_rounds", 1000, "Rounds T.", lower_bound=1)
@@ -40,10 +40,6 @@ _OUTPUT = flags.DEFINE_string("output", "out/bench/memory.json", "Where the JSON
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    if _POLICY.value not in bandits.REGISTRY:
-        raise app.UsageError(
-            f"--policy must be one of {', '.join(sorted(bandits.REGISTRY))}, got {_POLICY.value!r}."
-        )
     n = _NUM_CLIENTS.value
     k = n // 10
     env = envs.bernoulli(n, k)
