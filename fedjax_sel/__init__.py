@@ -1,6 +1,6 @@
 """fedjax-sel: vectorized simulation of multi-armed-bandit client selection for FL."""
 
-from fedjax_sel import envs, validation
+from fedjax_sel import envs, threefry_cpu, validation
 from fedjax_sel.plot import plot
 from fedjax_sel.results import Results
 from fedjax_sel.runner import simulate
@@ -19,5 +19,6 @@ __all__ = [
     "envs",
     "plot",
     "simulate",
+    "threefry_cpu",
     "validation",
 ]
