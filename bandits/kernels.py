@@ -11,10 +11,11 @@ at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
   (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the tied
   clients from r random integers (r <= k) instead of one random number per client.
 
-Counts are summed in f32 (exact below 2^24 clients; XLA's CPU code vectorises f32 sums
-better than int32 ones) and in int32 beyond. Tie-breaking is skipped when every tied
-client fits in the cohort; under `jax.vmap` it is skipped when that holds for every
-member of the batch (`_choose_among_tied`).
+Counts are of bf16 flags summed in f32 (exact below 2^24 clients; XLA's CPU code
+vectorises them better than int32 sums, and bf16 flags halve the memory traffic of f32
+ones) and in int32 beyond. Tie-breaking is skipped when every tied client fits in the
+cohort; under `jax.vmap` it is skipped when that holds for every member of the batch
+(`_where_needed`).
 """
 
 from __future__ import annotations
@@ -46,50 +47,78 @@ def _order_key(scores: chex.Array, mask: chex.Array) -> chex.Array:
 def _count(flags: chex.Array) -> chex.Array:
     """int32[], the number of True entries of `flags` (bool[N])."""
     if flags.shape[-1] < 2**24:
-        return jnp.sum(flags.astype(jnp.float32)).astype(jnp.int32)
+        return jnp.sum(flags.astype(jnp.bfloat16), dtype=jnp.float32).astype(jnp.int32)
     return jnp.sum(flags, dtype=jnp.int32)
 
 
-def _kth_largest(keys: chex.Array, k: int) -> chex.Array:
-    """u32[], the k-th largest entry of `keys` (u32[N], k <= N).
+def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
+    """(u32[], int32[]): the k-th largest entry of `keys` (u32[N], k <= N), and the
+    number of keys at or above it.
 
     The largest threshold with at least k keys at or above it, found bit by bit from
-    the most significant one. The 32 steps are unrolled: a rolled loop costs twice as
-    much on CPU (docs/benchmarks.md).
+    the most significant one; a threshold of 0 (never accepted, count 0) means fewer
+    than k keys are positive. The 32 steps run as 4 iterations of 8 unrolled ones:
+    fully unrolled, XLA fuses the computation of `keys` (scores, order key) into each
+    of the 32 count passes instead of reading it once (docs/benchmarks.md).
     """
 
-    def step(i, low):
+    def step(i, carry):
+        low, at_or_above = carry
         candidate = low | (jnp.uint32(1) << (31 - i))
-        return jnp.where(_count(keys >= candidate) >= k, candidate, low)
+        count = _count(keys >= candidate)
+        accept = count >= k
+        return jnp.where(accept, candidate, low), jnp.where(accept, count, at_or_above)
 
-    return lax.fori_loop(0, 32, step, jnp.uint32(0), unroll=True)
-
-
-def _split_at_kth(scores: chex.Array, mask: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
-    """(bool[N], bool[N]): the eligible clients above the k-th largest masked score, and
-    those equal to it (none when fewer than k are eligible: then all are above)."""
-    keys = _order_key(scores, mask)
-    kth = _kth_largest(keys, k)
-    return keys > kth, (keys == kth) & (kth > 0)
+    return lax.fori_loop(0, 32, step, (jnp.uint32(0), jnp.int32(0)), unroll=8)
 
 
-def _random_subset(size: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey, n: int):
-    """bool[n]: a uniformly random subset of `take` of the ranks `0, ..., size - 1`.
+def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:
+    """bool[B, n]: for each b, a uniformly random subset of `take[b]` of the ranks
+    `0, ..., size[b] - 1` (`size`, `take`: int32[B]; `key`: B PRNG keys).
 
     Floyd's algorithm: for j = size - take, ..., size - 1, draw t uniform in [0, j] and
     add t, or j when t is already in; every subset of the right size is equally likely.
-    `take <= min(k, size)` and `size <= n`; `k` bounds the iterations. t is a 32-bit
-    random word modulo j + 1, uniform up to a relative bias below n / 2^32.
+    `size <= n` and `take <= k`; `k` bounds the iterations, and a `take` above `size`
+    gives every rank. t is a 32-bit random word modulo j + 1, uniform up to a relative
+    bias below n / 2^32.
+
+    The batch is one flat array of B * n flags, so that each of the k steps is a single
+    gather and scatter over B flat positions: the per-trial loop under `jax.vmap`
+    builds (trial, rank) index pairs at every step instead.
     """
-    last = size - take + jnp.arange(k, dtype=jnp.int32)
+    batch = size.shape[0]
+    last = size[:, None] - take[:, None] + jnp.arange(k, dtype=jnp.int32)
     span = jnp.maximum(last + 1, 1).astype(jnp.uint32)
-    draw = (jax.random.bits(key, (k,)) % span).astype(jnp.int32)
+    draw = (jax.vmap(lambda kk: jax.random.bits(kk, (k,)))(key) % span).astype(jnp.int32)
+    offset = n * jnp.arange(batch, dtype=jnp.int32)
 
     def add(i, chosen):
-        pos = jnp.where(chosen[draw[i]], last[i], draw[i])
-        return chosen.at[pos].set(chosen[pos] | (i < take), mode="drop")
+        pos = jnp.where(chosen[offset + draw[:, i]], last[:, i], draw[:, i])
+        # j < 0 when take > size: those steps add nothing in range, and are dropped.
+        keep = (i < take) & (pos >= 0)
+        return chosen.at[jnp.where(keep, offset + pos, batch * n)].set(True, mode="drop")
 
-    return lax.fori_loop(0, k, add, jnp.zeros((n,), bool))
+    chosen = lax.fori_loop(0, k, add, jnp.zeros((batch * n,), bool))
+    return chosen.reshape(batch, n)
+
+
+def _random_subset(size: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey, n: int):
+    """bool[n]: a uniformly random subset of `take` of the ranks `0, ..., size - 1`
+    (`_random_subsets` of one; under `jax.vmap`, of the whole batch at once)."""
+
+    @jax.custom_batching.custom_vmap
+    def subset(size, take, key):
+        return _random_subsets(size[None], take[None], key[None], k, n)[0]
+
+    @subset.def_vmap
+    def subset_batch(axis_size, in_batched, size, take, key):
+        size, take, key = (
+            x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+            for x, b in zip((size, take, key), in_batched, strict=True)
+        )
+        return _random_subsets(size, take, key, k, n), True
+
+    return subset(size, take, key)
 
 
 def _rank(flags: chex.Array) -> chex.Array:
@@ -121,35 +150,48 @@ def _lowest_tied(tied: chex.Array, take: chex.Array) -> chex.Array:
     return tied & (_rank(tied) < take)
 
 
-def _choose_among_tied(
-    choose: Callable[..., chex.Array], tied: chex.Array, take: chex.Array, *key
-) -> chex.Array:
-    """`choose(tied, take, *key)`, or `tied` itself when it has at most `take` clients.
+def _where_needed(need: chex.Array, full: Callable, short: Callable, *operands) -> chex.Array:
+    """`full(*operands)` where `need`, else `short(*operands)`, for functions that agree
+    wherever `need` is False.
 
-    `choose` returns `take` of the `tied` clients (bool[N]); with `take >= sum(tied)`
-    every tied client is kept, whatever `choose` would draw, so it need not run. Under
+    The tie-breaks below (`full`) cost k sequential steps that a round does not need
+    when no tie crosses the k-th place, where `short` gives the same answer. Under
     `jax.vmap` a `lax.cond` on a batched predicate would run both branches, so the
     batching rule (`jax.custom_batching.custom_vmap`) conditions on the whole batch:
-    `choose` runs, vmapped, only in rounds where some member has more tied clients than
-    free slots. The result is the same as calling `choose` in every case.
+    `full` runs, vmapped, only in rounds where some member needs it, and since the two
+    agree elsewhere the result is the same as choosing per member. The operands cross
+    the conditional as materialised arrays; outside it, XLA would recompute them (and
+    the scores behind them) in every consumer.
     """
 
-    def needed(tied, take):
-        return _count(tied) > take
-
     @jax.custom_batching.custom_vmap
-    def resolve(tied, take, *key):
-        return lax.cond(needed(tied, take), lambda: choose(tied, take, *key), lambda: tied)
+    def run(need, *operands):
+        return lax.cond(need, full, short, *operands)
 
-    @resolve.def_vmap
-    def resolve_batch(axis_size, in_batched, tied, take, *key):
-        in_axes = [0 if b else None for b in in_batched]
-        need = jax.vmap(needed, in_axes=in_axes[:2], axis_size=axis_size)(tied, take)
-        chosen = lambda: jax.vmap(choose, in_axes=in_axes, axis_size=axis_size)(tied, take, *key)
-        kept = lambda: jnp.broadcast_to(tied, (axis_size, tied.shape[-1]))
-        return lax.cond(jnp.any(need), chosen, kept), True
+    @run.def_vmap
+    def run_batch(axis_size, in_batched, need, *operands):
+        axes = [0 if b else None for b in in_batched[1:]]
+        full_b = jax.vmap(full, in_axes=axes, axis_size=axis_size)
+        short_b = jax.vmap(short, in_axes=axes, axis_size=axis_size)
+        return lax.cond(jnp.any(need), full_b, short_b, *operands), True
 
-    return resolve(tied, take, *key)
+    return run(need, *operands)
+
+
+def _top_k_of_keys(keys: chex.Array, k: int, choose: Callable[..., chex.Array], *key):
+    """bool[N]: the k largest positive `keys`, `choose(tied, take, *key)` picking `take`
+    of the clients tied at the k-th place; all positive keys when fewer than k."""
+    kth, at_or_above = _kth_largest(keys, k)
+
+    def full(keys, kth, *key):
+        above = keys > kth
+        return above | choose((keys == kth) & (kth > 0), k - _count(above), *key)
+
+    def short(keys, kth, *key):
+        del key
+        return keys >= jnp.maximum(kth, 1)
+
+    return _where_needed(at_or_above > k, full, short, keys, kth, *key)
 
 
 def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -163,8 +205,11 @@ def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
+    size = _count(mask)
     choose = functools.partial(_random_tied, k=k)
-    return _choose_among_tied(choose, mask, jnp.minimum(_count(mask), k), key)
+    full = lambda mask, size, key: choose(mask, jnp.minimum(size, k), key)
+    short = lambda mask, size, key: mask
+    return _where_needed(size > k, full, short, mask, size, key)
 
 
 def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -185,9 +230,8 @@ def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
-    above, tied = _split_at_kth(scores, mask, k)
     choose = functools.partial(_random_tied, k=k)
-    return above | _choose_among_tied(choose, tied, k - _count(above), key)
+    return _top_k_of_keys(_order_key(scores, mask), k, choose, key)
 
 
 def gumbel_top_k(logits: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
@@ -221,8 +265,7 @@ def top_k_mask(scores: chex.Array, mask: chex.Array, k: int) -> chex.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
-    above, tied = _split_at_kth(scores, mask & (scores > -jnp.inf), k)
-    return above | _choose_among_tied(_lowest_tied, tied, k - _count(above))
+    return _top_k_of_keys(_order_key(scores, mask & (scores > -jnp.inf)), k, _lowest_tied)
 
 
 def sherman_morrison_update(
