@@ -171,15 +171,19 @@ def bench_numpy(
     num_rounds: int,
     seed: int = 0,
     min_seconds: float = 0.0,
+    tie_break: str = "uniform",
 ) -> dict[str, Any]:
     """Runs the NumPy reference for `num_trials` trials, or more if they took less than
     `min_seconds`: then again with as many trials as fill `min_seconds` at that pace (a
-    run of a few milliseconds measures noise more than the reference)."""
+    run of a few milliseconds measures noise more than the reference). `tie_break` is
+    the reference's (`numpy_reference.TIE_BREAKS`)."""
     k = max(1, num_clients // 10)
 
     def run(trials):
         return measure(
-            lambda: numpy_reference.simulate(policy, num_clients, k, num_rounds, trials, seed)
+            lambda: numpy_reference.simulate(
+                policy, num_clients, k, num_rounds, trials, seed, tie_break
+            )
         )
 
     r = run(num_trials)
@@ -189,6 +193,7 @@ def bench_numpy(
     return {
         "trials": num_trials,
         "run_s": r["wall_s"],
+        "tie_break": tie_break,
         "client_rounds_per_s": num_trials * num_rounds * num_clients / r["wall_s"],
         "client_rounds_per_cpu_s": num_trials * num_rounds * num_clients / r["cpu_s"],
         "peak_rss_bytes": r["peak_rss_bytes"],
@@ -207,6 +212,7 @@ def run_suite(
     max_client_rounds: float = float("inf"),
     memory_budget_bytes: int | None = None,
     seed: int = 0,
+    reference_tie_break: str = "uniform",
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Every cell of the grid; cells over `max_client_rounds` are listed as skipped."""
@@ -216,6 +222,11 @@ def run_suite(
                 f"policies: {name!r} is not a policy with a NumPy reference on the stationary "
                 f"environment; choose from {sorted(numpy_reference.REGISTRY)}."
             )
+    if reference_tie_break not in numpy_reference.TIE_BREAKS:
+        raise ValueError(
+            f"reference_tie_break must be one of {numpy_reference.TIE_BREAKS}, "
+            f"got {reference_tie_break!r}."
+        )
     cells, skipped = [], []
     for policy in policies:
         for n in num_clients:
@@ -227,7 +238,13 @@ def run_suite(
                     continue
                 if reference is None:
                     reference = bench_numpy(
-                        policy, n, reference_trials, num_rounds, seed, reference_seconds
+                        policy,
+                        n,
+                        reference_trials,
+                        num_rounds,
+                        seed,
+                        reference_seconds,
+                        reference_tie_break,
                     )
                 result = bench_jax(policy, n, m, num_rounds, repeats, seed, memory_budget_bytes)
                 cell = {
@@ -247,17 +264,18 @@ def run_suite(
 
 
 HEADER = (
-    "| policy | N | trials | JAX client-rounds/s | NumPy client-rounds/s | ratio | "
+    "| policy | N | trials | JAX client-rounds/s | NumPy client-rounds/s | NumPy ties | ratio | "
     "ratio per CPU-s | compile s | JAX peak RSS MB | NumPy peak RSS MB | load |"
 )
 
 
 def _row(cell: dict[str, Any]) -> str:
     mb = lambda b: f"{b / 2**20:.0f}" if b else "n/a"
+    ties = cell["numpy"]["tie_break"] if cell["policy"] in numpy_reference.TIE_BREAKING else "-"
     return (
         f"| {cell['policy']} | {cell['num_clients']} | {cell['num_trials']} | "
         f"{cell['jax']['client_rounds_per_s']:.3g} | "
-        f"{cell['numpy']['client_rounds_per_s']:.3g} | {cell['ratio']:.2f} | "
+        f"{cell['numpy']['client_rounds_per_s']:.3g} | {ties} | {cell['ratio']:.2f} | "
         f"{cell['cpu_ratio']:.2f} | "
         f"{cell['jax']['compile_s']:.2f} | {mb(cell['jax']['peak_rss_bytes'])} | "
         f"{mb(cell['numpy']['peak_rss_bytes'])} | {cell['load_average']:.1f} |"
@@ -295,6 +313,14 @@ def _define_flags() -> None:
         "time: as many as fill this many seconds.",
         lower_bound=0.0,
     )
+    flags.DEFINE_enum(
+        "reference_tie_break",
+        "uniform",
+        list(numpy_reference.TIE_BREAKS),
+        "How the references of ucb and epsilon_greedy break ties at the k-th place: "
+        "uniformly at random like the jitted policies, or by np.argpartition's order (the "
+        "leanest reference, a different rule).",
+    )
     flags.DEFINE_float(
         "max_client_rounds", 2e9, "Skip cells with more trials x rounds x clients than this."
     )
@@ -326,6 +352,7 @@ def main(argv):
             repeats=f.repeats,
             reference_trials=f.reference_trials,
             reference_seconds=f.reference_seconds,
+            reference_tie_break=f.reference_tie_break,
             max_client_rounds=f.max_client_rounds,
             memory_budget_bytes=f.memory_budget_bytes,
             seed=f.seed,

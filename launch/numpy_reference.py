@@ -12,6 +12,12 @@ selected, which equals the sum of the per-round regrets.
 The policies match their `bandits` counterparts in distribution, not bit for bit (the
 random streams differ); `tests/test_numpy_reference.py` checks the agreement of the
 mean regret.
+
+Ties at the k-th place (`ucb`, `epsilon_greedy`: every client seen once with one
+success shares its index) are broken uniformly at random, as the jitted policies do
+(`tie_break="uniform"`). `tie_break="position"` keeps the order `np.argpartition`
+leaves them in: the leanest reference, a different rule (one that favours no client
+on average only because each trial draws its means independently of the indices).
 """
 
 from __future__ import annotations
@@ -53,6 +59,18 @@ def top_k_random_ties(score: np.ndarray, k: int, rng: np.random.Generator) -> np
     return np.concatenate([above, chosen])
 
 
+TIE_BREAKS = ("uniform", "position")
+# The references whose selection can tie at the k-th place.
+TIE_BREAKING = ("epsilon_greedy", "ucb")
+
+
+def top_k(score: np.ndarray, k: int, rng: np.random.Generator, tie_break: str) -> np.ndarray:
+    """The k largest entries of `score`, ties broken by `tie_break` (`TIE_BREAKS`)."""
+    if tie_break == "position":
+        return np.argpartition(score, score.shape[0] - k)[score.shape[0] - k :]
+    return top_k_random_ties(score, k, rng)
+
+
 def _counts_and_sums(n: int) -> tuple[np.ndarray, np.ndarray, Callable]:
     counts = np.zeros(n)
     sums = np.zeros(n)
@@ -85,7 +103,7 @@ def oracle(n: int, k: int, means: np.ndarray) -> Policy:
     return _stateless(lambda t, rng: best)
 
 
-def epsilon_greedy(n: int, k: int, epsilon: float = 0.1) -> Policy:
+def epsilon_greedy(n: int, k: int, epsilon: float = 0.1, tie_break: str = "uniform") -> Policy:
     """With probability epsilon a uniform cohort, else the k best means (unseen first)."""
     counts, sums, update = _counts_and_sums(n)
 
@@ -93,12 +111,12 @@ def epsilon_greedy(n: int, k: int, epsilon: float = 0.1) -> Policy:
         if rng.random() < epsilon:
             return np.argpartition(rng.random(n), n - k)[n - k :]
         score = np.where(counts > 0, sums / counts, np.inf)
-        return top_k_random_ties(score, k, rng)
+        return top_k(score, k, rng, tie_break)
 
     return Policy(select, update)
 
 
-def ucb(n: int, k: int, exploration: float = 1.5) -> Policy:
+def ucb(n: int, k: int, exploration: float = 1.5, tie_break: str = "uniform") -> Policy:
     """CUCB: the top k of mean + sqrt(alpha ln t / T_i), unseen clients first."""
     counts, sums, update = _counts_and_sums(n)
 
@@ -106,7 +124,7 @@ def ucb(n: int, k: int, exploration: float = 1.5) -> Policy:
         index = np.where(
             counts > 0, sums / counts + np.sqrt(exploration * np.log(t) / counts), np.inf
         )
-        return top_k_random_ties(index, k, rng)
+        return top_k(index, k, rng, tie_break)
 
     return Policy(select, update)
 
@@ -172,6 +190,7 @@ def simulate(
     num_rounds: int,
     num_trials: int,
     seed: int = 0,
+    tie_break: str = "uniform",
     **hyperparameters,
 ) -> np.ndarray:
     """f64[num_trials], each trial's cumulative pseudo-regret, trials one after another.
@@ -183,10 +202,16 @@ def simulate(
       num_rounds: T >= 1.
       num_trials: M >= 1.
       seed: trial m uses `np.random.default_rng([seed, m])`.
+      tie_break: how `TIE_BREAKING` policies break ties at the k-th place, one of
+        `TIE_BREAKS` (the others cannot tie, or draw their cohort at random).
       **hyperparameters: the policy's own (epsilon, exploration, prior_scale).
     """
     if policy not in REGISTRY:
         raise ValueError(f"policy must be one of {', '.join(sorted(REGISTRY))}, got {policy!r}.")
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {TIE_BREAKS}, got {tie_break!r}.")
+    if policy in TIE_BREAKING:
+        hyperparameters["tie_break"] = tie_break
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
     num_rounds = validation.positive_int("num_rounds", num_rounds)

@@ -90,15 +90,29 @@ def test_command_line(tmp_path):
             "--num_rounds=2",
             "--repeats=1",
             "--reference_trials=1",
+            "--reference_tie_break=position",
             f"--output={out}",
         ]
     )
     results = json.loads(out.read_text())
     (cell,) = results["cells"]
     assert (cell["policy"], cell["num_clients"], cell["num_trials"]) == ("random", 10, 2)
+    assert cell["numpy"]["tie_break"] == "position"
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| random |")]
     assert len(rows) == 2  # logged as it runs, then in the final table
     assert rows[-1].split("|")[2].strip() == "10"
+    assert rows[-1].split("|")[6].strip() == "-"  # random has no ties to break
+
+
+def test_reference_tie_break_is_checked_and_recorded():
+    with pytest.raises(ValueError, match="reference_tie_break must be one of"):
+        bench.run_suite(["ucb"], [10], [1], 2, reference_tie_break="lowest")
+    results = bench.run_suite(
+        ["ucb"], [10], [1], 2, repeats=1, reference_tie_break="position", log=lambda line: None
+    )
+    (cell,) = results["cells"]
+    assert cell["numpy"]["tie_break"] == "position"
+    assert bench.markdown_table(results).splitlines()[2].split("|")[6].strip() == "position"
 
 
 def test_memory_run_command_line(tmp_path):

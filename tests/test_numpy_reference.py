@@ -61,6 +61,28 @@ def test_top_k_random_ties_is_uniform_among_ties():
     np.testing.assert_array_less(np.abs(hits[1:5] / draws - 0.5), tolerance)
 
 
+def test_position_tie_break_is_argpartition_order():
+    # Scores [3, 1, 1, 1, 1, 0], k = 3: the same cohort every time, the one
+    # np.argpartition returns, whatever the generator.
+    score = np.array([3.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    expected = np.argpartition(score, 3)[3:]
+    for seed in range(20):
+        chosen = numpy_reference.top_k(score, 3, np.random.default_rng(seed), "position")
+        np.testing.assert_array_equal(chosen, expected)
+
+
+@pytest.mark.parametrize("policy", numpy_reference.TIE_BREAKING)
+def test_position_tie_break_has_the_mean_regret_of_the_jitted_policy(policy, jax_regret):
+    # Each trial draws its means independently of the client indices, so breaking ties
+    # by position favours no client on average: same mean regret (4-sigma band).
+    ref = numpy_reference.simulate(policy, N, K, T, M, seed=5, tie_break="position")
+    uniform = numpy_reference.simulate(policy, N, K, T, M, seed=5)
+    assert not np.array_equal(ref, uniform)  # the rule is in use
+    ours = np.asarray(jax_regret[policy], np.float64)
+    stderr = np.sqrt(ref.var(ddof=1) / M + ours.var(ddof=1) / M)
+    assert abs(ref.mean() - ours.mean()) <= 4 * stderr + 1e-3
+
+
 def test_round_robin_and_random_select_k_distinct_clients():
     rng = np.random.default_rng(2)
     for name in ("random", "round_robin"):
@@ -78,3 +100,5 @@ def test_bad_arguments():
         numpy_reference.simulate("ucb", 10, 11, 5, 1)
     with pytest.raises(ValueError, match="num_rounds"):
         numpy_reference.simulate("ucb", 10, 2, 0, 1)
+    with pytest.raises(ValueError, match="tie_break must be one of"):
+        numpy_reference.simulate("ucb", 10, 2, 5, 1, tie_break="lowest")
