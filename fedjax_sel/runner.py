@@ -320,9 +320,10 @@ def trials_per_chunk_for_budget(
     The chunk never exceeds the smallest power of two >= num_trials. Every chunk runs
     in full (the last one padded), so the largest chunk that fits can waste much of the
     work: 10,000 trials in chunks of 8,192 simulate 16,384. Among the powers of two that
-    fit, the chunk minimising `ceil(num_trials / chunk) * (chunk + CHUNK_COST_TRIALS)`,
-    the work done plus a fixed cost per chunk counted in trials, is chosen (the larger
-    on ties): 10,000 trials that fit 8,192 run in chunks of 2,048 (10,240 simulated).
+    fit, the chunk minimising `ceil(num_trials / chunk) * (chunk + CHUNK_COST_TRIALS)`
+    (`num_trials + CHUNK_COST_TRIALS` for a chunk that covers every trial), the work done
+    plus a fixed cost per chunk counted in trials, is chosen (the larger on ties):
+    10,000 trials that fit 8,192 run in chunks of 2,048 (10,240 simulated).
 
     Raises:
       ValueError: if not even one trial fits.
@@ -338,9 +339,33 @@ def trials_per_chunk_for_budget(
             f"and these policies (one trial needs about {per_trial} bytes), got "
             f"{memory_budget_bytes}."
         )
-    largest = min(1 << (int(fitting).bit_length() - 1), 1 << max(num_trials - 1, 0).bit_length())
+    return _least_padded_chunk(int(fitting), num_trials)
+
+
+def _least_padded_chunk(bound: int, num_trials: int) -> int:
+    """The power of two <= `bound` (and <= the smallest power of two >= num_trials) that
+    minimises the trials simulated plus `CHUNK_COST_TRIALS` per chunk, the larger on
+    ties. A chunk of c < M trials simulates c trials however few are left; one of
+    c >= M simulates the M trials."""
+    largest = min(1 << (bound.bit_length() - 1), 1 << max(num_trials - 1, 0).bit_length())
     chunks = [largest >> i for i in range(largest.bit_length())]
-    return min(chunks, key=lambda c: (-(-num_trials // c) * (c + CHUNK_COST_TRIALS), -c))
+    cost = lambda c: -(-num_trials // c) * (min(c, num_trials) + CHUNK_COST_TRIALS)
+    return min(chunks, key=lambda c: (cost(c), -c))
+
+
+# On CPU, the per-client arrays of a chunk stay in cache up to about this many
+# client-trials per device; beyond it, each of a round's many passes over them streams
+# from memory (docs/benchmarks.md: `ucb` at N=1,000 runs 10,000 trials 37% faster in
+# chunks of 1,024 than at once).
+CPU_CHUNK_CLIENT_TRIALS = 2**21
+
+
+def cpu_trials_per_chunk(num_clients: int, num_trials: int, num_devices: int = 1) -> int:
+    """The trial chunk of a CPU run: at most `CPU_CHUNK_CLIENT_TRIALS / num_clients` trials
+    per device, a power of two, the one that pads the trials least
+    (`trials_per_chunk_for_budget`)."""
+    bound = max(1, CPU_CHUNK_CLIENT_TRIALS * num_devices // num_clients)
+    return _least_padded_chunk(bound, num_trials)
 
 
 class _DyadicStack:
@@ -464,7 +489,10 @@ def simulate(
       num_trials: M >= 1.
       seed: the seed of every random stream (see the module docstring).
       trials_per_chunk: trials run at once, a power of two (memory bound); None runs
-        all M at once. Results do not depend on it.
+        all M at once, except on CPU devices, where chunks hold at most
+        `CPU_CHUNK_CLIENT_TRIALS / N` trials per device so that they stay in cache
+        (`cpu_trials_per_chunk`). The size used is recorded as `trials_per_chunk` in the
+        results' config. Results do not depend on it.
       rounds_per_chunk: rounds per compiled call (progress, checkpoints); None runs all
         T at once. Results do not depend on it.
       checkpoint_dir: where progress is saved after every chunk and resumed from; a
@@ -475,10 +503,9 @@ def simulate(
         after every chunk; None for silence.
       devices: devices to shard the trial axis over; None uses all of `jax.devices()`.
       memory_budget_bytes: if given (and `trials_per_chunk` is not), the trials run in
-        chunks of the largest power of two whose estimated memory (over all `devices`
-        together) fits this many bytes (see `trials_per_chunk_for_budget`); the chosen
-        size is recorded as
-        `trials_per_chunk` in the results' config. Results do not depend on it.
+        chunks of a power of two whose estimated memory (over all `devices` together)
+        fits this many bytes (see `trials_per_chunk_for_budget`), and no larger than the
+        CPU chunk on CPU devices. Results do not depend on it.
 
     Returns:
       `Results` with per-round curves (mean and std over trials) and per-trial totals.
@@ -516,6 +543,10 @@ def simulate(
         "rounds_per_chunk", rounds_per_chunk or num_rounds, 1, num_rounds
     )
     devices = list(devices or jax.devices())
+    if memory_budget_bytes is not None or trials_per_chunk is None:
+        if all(device.platform == "cpu" for device in devices):
+            cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, len(devices))
+            trials_per_chunk = min(trials_per_chunk or cpu_chunk, cpu_chunk)
     config = dict(config or {})
     try:
         json.dumps(config)

@@ -46,8 +46,10 @@ def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_tri
         # ceil(M / c) * (c + 64) for c = 8192, 4096, 2048, 1024, 512:
         # 16512, 12480, 10560, 10880, 11520.
         (10_000, 8192, 2048),
-        # c = 2048 ... 64: 2112, 2176, 1728, 1600, 1728, 2176.
-        (1025, 2048, 256),
+        # c = 2048 covers the 1,025 trials: 1089; c = 1024 ... 64: 2176, 1728, 1600,
+        # 1728, 2176.
+        (1025, 2048, 2048),
+        (1025, 1024, 256),
         # c = 8, 4, 2, 1: 72, 136, 198, 325 (no padding buys a fifth chunk).
         (5, 8, 8),
         (5, 2, 2),
@@ -80,6 +82,43 @@ def test_results_equal_the_unchunked_run():
         for metric, curve in policy_results.curves["policy"].items():
             np.testing.assert_array_equal(chunked.curves["policy"][metric]["mean"], curve["mean"])
             np.testing.assert_array_equal(chunked.curves["policy"][metric]["std"], curve["std"])
+
+
+@pytest.mark.parametrize(
+    "num_clients, num_trials, num_devices, expected",
+    [
+        # 2^21 / 1,000 = 2,097 per device: c = 2048, 1024: 5 * 2112 = 10560, 10 * 1088.
+        (1000, 10_000, 1, 2048),
+        # 2^21 / 10,000 = 209: c = 128, 64: 8 * 192 = 1536, 16 * 128 = 2048.
+        (10_000, 1000, 1, 128),
+        # Four devices: 838: c = 512, 256: 2 * 576 = 1152, 4 * 320 = 1280.
+        (10_000, 1000, 4, 512),
+        # 20,971 trials fit: 16,384 covers the 10,000 (10064, against 10560 for 2048).
+        (100, 10_000, 1, 16_384),
+        # More clients than the bound: one trial at a time.
+        (2**22, 3, 1, 1),
+    ],
+)
+def test_cpu_chunk_by_hand(num_clients, num_trials, num_devices, expected):
+    assert runner.cpu_trials_per_chunk(num_clients, num_trials, num_devices) == expected
+
+
+def test_cpu_chunk_is_the_default_on_cpu(monkeypatch):
+    # With a bound of 64 client-trials, N = 10 allows 6 trials: 4 (2 chunks of 7 trials
+    # cost 2 * 68 = 136, against 4 * 66 = 264 for chunks of 2). A budget that fits 2
+    # trials is smaller still, and wins.
+    monkeypatch.setattr(runner, "CPU_CHUNK_CLIENT_TRIALS", 64)
+    env, sel = envs.bernoulli(N, K), bandits.ucb(N, K)
+    default = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None)
+    assert default.config["trials_per_chunk"] == 4
+    per_trial = runner.trial_memory_bytes(env, sel)
+    budget = 6 * 12 * 2 * 4 + 7 * 7 * 4 + 3 * per_trial
+    small = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None, memory_budget_bytes=budget)
+    assert small.config["trials_per_chunk"] == 2
+    given = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None, trials_per_chunk=8)
+    assert given.config["trials_per_chunk"] == 8  # an explicit chunk is kept
+    for total, x in given.totals["policy"].items():
+        np.testing.assert_array_equal(default.totals["policy"][total], x)
 
 
 def test_bad_budgets():
