@@ -36,7 +36,9 @@ _NUM_TRIALS = flags.DEFINE_integer("num_trials", 200, "Monte Carlo trials M.")
 _AVAILABILITY = flags.DEFINE_float("availability", 1.0, "Probability a client is available.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of every random stream.")
 _TRIALS_PER_CHUNK = flags.DEFINE_integer(
-    "trials_per_chunk", None, "Trials run at once (a power of two); default all."
+    "trials_per_chunk",
+    None,
+    "Trials run at once (a power of two); default all, or on CPU at most 2^21 / N per device.",
 )
 _ROUNDS_PER_CHUNK = flags.DEFINE_integer(
     "rounds_per_chunk", None, "Rounds per compiled call (progress, checkpoints); default T/10."

@@ -26,7 +26,9 @@ from launch.xia_numpy import numpy_cs_ucb_trial
 _NUM_TRIALS = flags.DEFINE_integer("num_trials", 8, "Trials of the jitted run.", lower_bound=1)
 _NUM_ROUNDS = flags.DEFINE_integer("num_rounds", 50, "Rounds per trial.", lower_bound=1)
 _NUMPY_TRIALS = flags.DEFINE_integer("numpy_trials", 1, "Trials timed in NumPy.", lower_bound=1)
-_CHUNK = flags.DEFINE_integer("trials_per_chunk", None, "Power of two; None: all at once.")
+_CHUNK = flags.DEFINE_integer(
+    "trials_per_chunk", None, "Power of two; None: all at once (on CPU, chunks of 2^21 / N)."
+)
 _PRESET = flags.DEFINE_enum("preset", "literal", sorted(PRESETS), "Deadline preset.")
 
 K, N = 20, 5  # the Figure 1 setting
