@@ -113,7 +113,7 @@ def _random_subset(size: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey
     @subset.def_vmap
     def subset_batch(axis_size, in_batched, size, take, key):
         size, take, key = (
-            x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+            x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
             for x, b in zip((size, take, key), in_batched, strict=True)
         )
         return _random_subsets(size, take, key, k, n), True
@@ -205,11 +205,9 @@ def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
-    size = _count(mask)
-    choose = functools.partial(_random_tied, k=k)
-    full = lambda mask, size, key: choose(mask, jnp.minimum(size, k), key)
-    short = lambda mask, size, key: mask
-    return _where_needed(size > k, full, short, mask, size, key)
+    full = lambda mask, key: _random_tied(mask, k, key, k)  # all of them if <= k
+    short = lambda mask, key: mask
+    return _where_needed(_count(mask) > k, full, short, mask, key)
 
 
 def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
