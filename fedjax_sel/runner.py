@@ -532,6 +532,7 @@ def simulate(
                 f"trials_per_chunk must be a power of two (it keeps results independent of "
                 f"chunking), got {trials_per_chunk}."
             )
+    automatic_chunk = trials_per_chunk is None
     if memory_budget_bytes is not None:
         if trials_per_chunk is not None:
             raise ValueError("give trials_per_chunk or memory_budget_bytes, not both.")
@@ -543,10 +544,9 @@ def simulate(
         "rounds_per_chunk", rounds_per_chunk or num_rounds, 1, num_rounds
     )
     devices = list(devices or jax.devices())
-    if memory_budget_bytes is not None or trials_per_chunk is None:
-        if all(device.platform == "cpu" for device in devices):
-            cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, len(devices))
-            trials_per_chunk = min(trials_per_chunk or cpu_chunk, cpu_chunk)
+    if automatic_chunk and all(device.platform == "cpu" for device in devices):
+        cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, len(devices))
+        trials_per_chunk = min(trials_per_chunk or cpu_chunk, cpu_chunk)
     config = dict(config or {})
     try:
         json.dumps(config)
