@@ -12,7 +12,7 @@ import pytest
 
 import bandits
 import fedjax_sel
-from fedjax_sel import envs
+from fedjax_sel import envs, runner
 from fedjax_sel.runner import tree_sum
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,6 +68,34 @@ def test_results_do_not_depend_on_chunking(reference, trials_per_chunk, rounds_p
     _assert_identical(
         reference, _run(trials_per_chunk=trials_per_chunk, rounds_per_chunk=rounds_per_chunk)
     )
+
+
+def test_cpu_compiler_options_reach_xla_and_change_no_decision(reference, monkeypatch):
+    assert jax.default_backend() == "cpu"
+    runner._build_program.cache_clear()
+    # An option XLA does not know fails the compilation: the runner passes them on.
+    monkeypatch.setitem(runner.COMPILER_OPTIONS, "cpu", {"xla_cpu_no_such_option": 1})
+    with pytest.raises(Exception, match="xla_cpu_no_such_option"):
+        _run()
+    runner._build_program.cache_clear()
+    monkeypatch.delitem(runner.COMPILER_OPTIONS, "cpu")
+    plain = _run()
+    runner._build_program.cache_clear()
+    for policy in reference.totals:
+        # The same cohorts every round: the same selection counts and 0/1 rewards.
+        np.testing.assert_array_equal(
+            reference.selection_fraction[policy], plain.selection_fraction[policy]
+        )
+        for total in ("cumulative_reward", "jain_index", "min_selection_fraction"):
+            np.testing.assert_array_equal(
+                reference.totals[policy][total], plain.totals[policy][total]
+            )
+        # Sums of the (non-integer) means over clients may round differently.
+        np.testing.assert_allclose(
+            reference.totals[policy]["cumulative_regret"],
+            plain.totals[policy]["cumulative_regret"],
+            rtol=1e-6,
+        )
 
 
 def test_tree_sum_of_aligned_blocks_equals_whole():
