@@ -5,8 +5,10 @@ edge-server axes. None of the top-k kernels sorts, and none calls `lax.top_k`: o
 XLA's TopK is a single-threaded `std::partial_sort` of every row, about 20 us per row
 at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
 
-- the k-th largest score is found by a bisection over the 32 bits of an
-  order-preserving integer image of the scores: 32 vectorised count passes, O(32 N);
+- the k-th largest score is found by a search over the 32 bits of an order-preserving
+  integer image of the scores, from the most significant one: for N < 1,024, 16
+  passes of two bits each, whose three counts share one int32 sum in 10-bit fields;
+  for larger N, 32 passes of one bit. O(32 N) either way;
 - ties at the k-th place, and uniform subsets, are resolved by Floyd's algorithm
   (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the tied
   clients from r random integers (r <= k) instead of one random number per client.
@@ -51,16 +53,31 @@ def _count(flags: chex.Array) -> chex.Array:
     return jnp.sum(flags, dtype=jnp.int32)
 
 
+# Counts of up to 2^10 - 1 clients fit a 10-bit field: three share one int32 sum.
+_FIELD_BITS = 10
+
+
 def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
     """(u32[], int32[]): the k-th largest entry of `keys` (u32[N], k <= N), and the
     number of keys at or above it.
 
-    The largest threshold with at least k keys at or above it, found bit by bit from
-    the most significant one; a threshold of 0 (never accepted, count 0) means fewer
-    than k keys are positive. The 32 steps run as 4 iterations of 8 unrolled ones:
-    fully unrolled, XLA fuses the computation of `keys` (scores, order key) into each
-    of the 32 count passes instead of reading it once (docs/benchmarks.md).
+    The largest threshold with at least k keys at or above it, found from the most
+    significant bit down; a threshold of 0 (never accepted, count 0) means fewer than k
+    keys are positive.
+
+    For N < 2^10, each of 16 passes settles two bits: it tests the three thresholds
+    `low | j << s` (j = 1, 2, 3) at once, their flags packed as `f1 + f2 << 10 +
+    f3 << 20` so that one int32 sum holds the three counts (each at most N, exact),
+    and keeps the largest threshold with at least k keys at or above it. One pass
+    costs little more than a one-bit pass, which must write its flags and read them
+    back just the same (docs/benchmarks.md). Larger N takes 32 passes of one bit.
+
+    The passes run as iterations of a few unrolled steps: fully unrolled, XLA fuses
+    the computation of `keys` (scores, order key) into every pass instead of reading it
+    once (docs/benchmarks.md).
     """
+    if keys.shape[-1] < 2**_FIELD_BITS:
+        return _kth_largest_by_two_bits(keys, k)
 
     def step(i, carry):
         low, at_or_above = carry
@@ -70,6 +87,30 @@ def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
         return jnp.where(accept, candidate, low), jnp.where(accept, count, at_or_above)
 
     return lax.fori_loop(0, 32, step, (jnp.uint32(0), jnp.int32(0)), unroll=8)
+
+
+def _kth_largest_by_two_bits(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
+    """`_kth_largest` for N < 2^10: 16 passes, three thresholds (two bits) per pass."""
+    field = jnp.int32((1 << _FIELD_BITS) - 1)
+
+    def step(i, carry):
+        low, at_or_above = carry
+        shift = (30 - 2 * i).astype(jnp.uint32)
+        candidates = [low | (jnp.uint32(j) << shift) for j in (1, 2, 3)]
+        packed = sum(
+            (keys >= c).astype(jnp.int32) << (j * _FIELD_BITS) for j, c in enumerate(candidates)
+        )
+        total = jnp.sum(packed)
+        # Counts fall as thresholds rise, so the last accepted threshold is the highest.
+        best = low
+        for j, candidate in enumerate(candidates):
+            count = (total >> (j * _FIELD_BITS)) & field
+            accept = count >= k
+            best = jnp.where(accept, candidate, best)
+            at_or_above = jnp.where(accept, count, at_or_above)
+        return best, at_or_above
+
+    return lax.fori_loop(0, 16, step, (jnp.uint32(0), jnp.int32(0)), unroll=4)
 
 
 def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:

@@ -109,6 +109,27 @@ def test_top_k_mask_is_deterministic_lowest_index_on_ties(k):
     np.testing.assert_array_equal(np.flatnonzero(sel), expected)
 
 
+@pytest.mark.parametrize("n", [1, 3, 100, 1023, 1024, 1500])
+def test_kth_largest_matches_sorting(n):
+    # Two bits per pass below 1,024 keys, one bit from there on: both against a sort,
+    # on keys with many ties, zeros (ineligible) and the extreme values.
+    rng = np.random.default_rng(n)
+    rows = [
+        rng.integers(0, 2**32, n, dtype=np.uint64),
+        rng.integers(0, 4, n) * (2**30 + 7),
+        np.where(rng.random(n) < 0.5, 0, 2**32 - 1),
+        np.zeros(n),
+        np.full(n, 5),
+    ]
+    keys = np.stack(rows).astype(np.uint32)
+    for k in sorted({1, max(1, n // 10), (n + 1) // 2, n}):
+        kth, count = jax.jit(jax.vmap(lambda x, k=k: kernels._kth_largest(x, k)))(keys)
+        for row, got_kth, got_count in zip(keys, np.asarray(kth), np.asarray(count), strict=True):
+            want = np.sort(row)[::-1][k - 1]
+            want_count = int(np.sum(row >= want)) if want > 0 else 0
+            assert (int(got_kth), int(got_count)) == (int(want), want_count), (n, k, row[:8])
+
+
 def test_rank_counts_the_true_entries_before_each_one():
     rng = np.random.default_rng(3)
     for n in (1, 5, 31, 32, 33, 100, 1000):
