@@ -6,18 +6,17 @@ XLA's TopK is a single-threaded `std::partial_sort` of every row, about 20 us pe
 at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
 
 - the k-th largest score is found by a search over the 32 bits of an order-preserving
-  integer image of the scores, from the most significant one: for N < 1,024, 16
-  passes of two bits each, whose three counts share one int32 sum in 10-bit fields;
-  for larger N, 32 passes of one bit. O(32 N) either way;
+  integer image of the scores, from the most significant one: 16 vectorised passes over
+  the keys, each settling two bits by counting the keys at or above three thresholds;
 - ties at the k-th place, and uniform subsets, are resolved by Floyd's algorithm
   (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the tied
   clients from r random integers (r <= k) instead of one random number per client.
 
-Counts are of bf16 flags summed in f32 (exact below 2^24 clients; XLA's CPU code
-vectorises them better than int32 sums, and bf16 flags halve the memory traffic of f32
-ones) and in int32 beyond. Tie-breaking is skipped when every tied client fits in the
-cohort; under `jax.vmap` it is skipped when that holds for every member of the batch
-(`_where_needed`).
+The search's counts are its own (`_kth_largest`); the others are of bf16 flags summed
+in f32 (exact below 2^24 clients; XLA's CPU code vectorises them better than int32 sums,
+and bf16 flags halve the memory traffic of f32 ones) and in int32 beyond. Tie-breaking
+is skipped when every tied client fits in the cohort; under `jax.vmap` it is skipped
+when that holds for every member of the batch (`_where_needed`).
 """
 
 from __future__ import annotations
@@ -57,54 +56,56 @@ def _count(flags: chex.Array) -> chex.Array:
 _FIELD_BITS = 10
 
 
+def _packed_counts(keys: chex.Array, thresholds: list[chex.Array]) -> list[chex.Array]:
+    """The numbers of `keys` (u32[N], N < 2^10) at or above each of three thresholds,
+    from one int32 sum of their flags packed as `f1 + f2 << 10 + f3 << 20`."""
+    packed = sum(
+        (keys >= t).astype(jnp.int32) << (j * _FIELD_BITS) for j, t in enumerate(thresholds)
+    )
+    total = jnp.sum(packed)
+    field = jnp.int32((1 << _FIELD_BITS) - 1)
+    return [(total >> (j * _FIELD_BITS)) & field for j in range(len(thresholds))]
+
+
+def _product_counts(keys: chex.Array, thresholds: list[chex.Array]) -> list[chex.Array]:
+    """The numbers of `keys` (u32[N]) at or above each threshold, as one int8 matrix
+    product of their flags, int8[3, N], with ones, int8[N, 8], summed in int32.
+
+    XLA's CPU backend hands an int8 product whose outer dimensions both exceed 1 to
+    YNNPACK (`vmap` stacks the trials' flags into one [3 B, N] matrix), which sums
+    faster than XLA's own integer reduction; eight columns keep it a matrix product.
+    """
+    flags = (keys >= jnp.stack(thresholds)[:, None]).astype(jnp.int8)
+    ones = jnp.ones((keys.shape[-1], 8), jnp.int8)
+    counts = jnp.dot(flags, ones, preferred_element_type=jnp.int32)[:, 0]
+    return [counts[j] for j in range(len(thresholds))]
+
+
 def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
     """(u32[], int32[]): the k-th largest entry of `keys` (u32[N], k <= N), and the
     number of keys at or above it.
 
     The largest threshold with at least k keys at or above it, found from the most
     significant bit down; a threshold of 0 (never accepted, count 0) means fewer than k
-    keys are positive.
+    keys are positive. Each of 16 passes settles two bits: it counts the keys at or
+    above the three thresholds `low | j << s` (j = 1, 2, 3) and keeps the largest with
+    at least k. The counts come from one int32 sum of packed flags below 2^10 keys
+    (`_packed_counts`), from an int8 matrix product beyond (`_product_counts`); either
+    way a pass costs much less than two passes of one bit (docs/benchmarks.md).
 
-    For N < 2^10, each of 16 passes settles two bits: it tests the three thresholds
-    `low | j << s` (j = 1, 2, 3) at once, their flags packed as `f1 + f2 << 10 +
-    f3 << 20` so that one int32 sum holds the three counts (each at most N, exact),
-    and keeps the largest threshold with at least k keys at or above it. One pass
-    costs little more than a one-bit pass, which must write its flags and read them
-    back just the same (docs/benchmarks.md). Larger N takes 32 passes of one bit.
-
-    The passes run as iterations of a few unrolled steps: fully unrolled, XLA fuses
-    the computation of `keys` (scores, order key) into every pass instead of reading it
+    The passes run as 4 iterations of 4 unrolled ones: fully unrolled, XLA fuses the
+    computation of `keys` (scores, order key) into every pass instead of reading it
     once (docs/benchmarks.md).
     """
-    if keys.shape[-1] < 2**_FIELD_BITS:
-        return _kth_largest_by_two_bits(keys, k)
-
-    def step(i, carry):
-        low, at_or_above = carry
-        candidate = low | (jnp.uint32(1) << (31 - i))
-        count = _count(keys >= candidate)
-        accept = count >= k
-        return jnp.where(accept, candidate, low), jnp.where(accept, count, at_or_above)
-
-    return lax.fori_loop(0, 32, step, (jnp.uint32(0), jnp.int32(0)), unroll=8)
-
-
-def _kth_largest_by_two_bits(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
-    """`_kth_largest` for N < 2^10: 16 passes, three thresholds (two bits) per pass."""
-    field = jnp.int32((1 << _FIELD_BITS) - 1)
+    counts = _packed_counts if keys.shape[-1] < 2**_FIELD_BITS else _product_counts
 
     def step(i, carry):
         low, at_or_above = carry
         shift = (30 - 2 * i).astype(jnp.uint32)
         candidates = [low | (jnp.uint32(j) << shift) for j in (1, 2, 3)]
-        packed = sum(
-            (keys >= c).astype(jnp.int32) << (j * _FIELD_BITS) for j, c in enumerate(candidates)
-        )
-        total = jnp.sum(packed)
         # Counts fall as thresholds rise, so the last accepted threshold is the highest.
         best = low
-        for j, candidate in enumerate(candidates):
-            count = (total >> (j * _FIELD_BITS)) & field
+        for candidate, count in zip(candidates, counts(keys, candidates), strict=True):
             accept = count >= k
             best = jnp.where(accept, candidate, best)
             at_or_above = jnp.where(accept, count, at_or_above)

@@ -111,8 +111,9 @@ def test_top_k_mask_is_deterministic_lowest_index_on_ties(k):
 
 @pytest.mark.parametrize("n", [1, 3, 100, 1023, 1024, 1500])
 def test_kth_largest_matches_sorting(n):
-    # Two bits per pass below 1,024 keys, one bit from there on: both against a sort,
-    # on keys with many ties, zeros (ineligible) and the extreme values.
+    # Counts from packed int32 sums below 1,024 keys, from an int8 product from there
+    # on: both against a sort, on keys with many ties, zeros (ineligible) and the
+    # extreme values.
     rng = np.random.default_rng(n)
     rows = [
         rng.integers(0, 2**32, n, dtype=np.uint64),
