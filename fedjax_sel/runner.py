@@ -162,7 +162,9 @@ def _checked_program(name, env, selector, names, extras, keys, num_trials, platf
     return program
 
 
-def _program(env: Env, selector: Selector, names, extras, platform: str):
+def _program(
+    env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...], platform: str
+):
     """`_build_program`, cached when the env and selector are hashable (they normally are:
     tuples of functions), so that a second `simulate` of the same objects reuses the
     compiled executables instead of tracing and compiling again."""
@@ -175,7 +177,7 @@ def _program(env: Env, selector: Selector, names, extras, platform: str):
 
 # XLA options of the runner's programs per platform. On CPU, loops are vectorised with
 # 512-bit registers where the processor has them (AVX-512; elsewhere LLVM keeps the
-# widest the target supports): on an AVX-512 Xeon this made `ucb` rounds 20-26% faster
+# widest the target supports): on an AVX-512 Xeon this made `ucb` rounds 19-26% faster
 # (docs/benchmarks.md). Every chunk and device of a run compiles with the same options,
 # so results stay independent of chunking and device count; against programs compiled
 # without them, a sum of non-integer values over the clients of a trial can round

@@ -75,7 +75,7 @@ def test_cpu_compiler_options_reach_xla_and_change_no_decision(reference, monkey
     runner._build_program.cache_clear()
     # An option XLA does not know fails the compilation: the runner passes them on.
     monkeypatch.setitem(runner.COMPILER_OPTIONS, "cpu", {"xla_cpu_no_such_option": 1})
-    with pytest.raises(Exception, match="xla_cpu_no_such_option"):
+    with pytest.raises(jax.errors.JaxRuntimeError, match="xla_cpu_no_such_option"):
         _run()
     runner._build_program.cache_clear()
     monkeypatch.delitem(runner.COMPILER_OPTIONS, "cpu")
