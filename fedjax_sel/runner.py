@@ -140,11 +140,11 @@ def _metric_names(env: Env, keys: _Keys) -> tuple[tuple[str, ...], tuple[str, ..
     return optional, extras
 
 
-def _checked_program(name, env, selector, names, extras, keys, num_trials, platform):
+def _checked_program(name, env, selector, names, extras, keys, num_trials, options):
     """The policy's programs, traced once on abstract inputs so that a policy that does
     not fit the environment (a missing context, a dimension mismatch) fails before
     anything compiles or runs, with the policy's name in the message."""
-    program = _program(env, selector, names, extras, platform)
+    program = _program(env, selector, names, extras, options)
     init_carry, run_rounds, _ = program
     ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32)
     try:
@@ -163,7 +163,7 @@ def _checked_program(name, env, selector, names, extras, keys, num_trials, platf
 
 
 def _program(
-    env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...], platform: str
+    env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...], options: tuple
 ):
     """`_build_program`, cached when the env and selector are hashable (they normally are:
     tuples of functions), so that a second `simulate` of the same objects reuses the
@@ -171,8 +171,8 @@ def _program(
     try:
         hash((env, selector))
     except TypeError:
-        return _build_program.__wrapped__(env, selector, names, extras, platform)
-    return _build_program(env, selector, names, extras, platform)
+        return _build_program.__wrapped__(env, selector, names, extras, options)
+    return _build_program(env, selector, names, extras, options)
 
 
 # XLA options of the runner's programs per platform. On CPU, loops are vectorised with
@@ -185,14 +185,19 @@ def _program(
 COMPILER_OPTIONS = {"cpu": {"xla_cpu_prefer_vector_width": 512}}
 
 
+def _compiler_options(platform: str) -> tuple[tuple[str, Any], ...]:
+    """`COMPILER_OPTIONS` of `platform` as sorted (name, value) pairs, a cache key."""
+    return tuple(sorted(COMPILER_OPTIONS.get(platform, {}).items()))
+
+
 @functools.lru_cache(maxsize=16)
 def _build_program(
-    env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...], platform: str
+    env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...], options: tuple
 ):
     """Returns jitted (init_carry, run_rounds, finish) for one policy, compiled with the
-    `COMPILER_OPTIONS` of `platform`."""
+    XLA `options` ((name, value) pairs, `_compiler_options`)."""
     n = env.num_clients
-    jit = functools.partial(jax.jit, compiler_options=COMPILER_OPTIONS.get(platform))
+    jit = functools.partial(jax.jit, compiler_options=dict(options) or None)
 
     def init_trial(keys, m):
         env_state = env.reset(jax.random.fold_in(keys.reset, m))
@@ -593,10 +598,10 @@ def simulate(
     sharded = NamedSharding(mesh, PartitionSpec("trials"))
     replicated = NamedSharding(mesh, PartitionSpec())
     keys = jax.device_put(keys, replicated)
-    platform = devices[0].platform
+    options = _compiler_options(devices[0].platform)
 
     programs = {
-        name: _checked_program(name, env, sel, optional, extras, keys, sim_size, platform)
+        name: _checked_program(name, env, sel, optional, extras, keys, sim_size, options)
         for name, sel in policies.items()
     }
 

@@ -72,15 +72,12 @@ def test_results_do_not_depend_on_chunking(reference, trials_per_chunk, rounds_p
 
 def test_cpu_compiler_options_reach_xla_and_change_no_decision(reference, monkeypatch):
     assert jax.default_backend() == "cpu"
-    runner._build_program.cache_clear()
     # An option XLA does not know fails the compilation: the runner passes them on.
     monkeypatch.setitem(runner.COMPILER_OPTIONS, "cpu", {"xla_cpu_no_such_option": 1})
     with pytest.raises(jax.errors.JaxRuntimeError, match="xla_cpu_no_such_option"):
         _run()
-    runner._build_program.cache_clear()
     monkeypatch.delitem(runner.COMPILER_OPTIONS, "cpu")
     plain = _run()
-    runner._build_program.cache_clear()
     for policy in reference.totals:
         # The same cohorts every round: the same selection counts and 0/1 rewards.
         np.testing.assert_array_equal(
