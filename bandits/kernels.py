@@ -27,9 +27,10 @@ from collections.abc import Callable
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-_SIGN = jnp.uint32(0x80000000)
+_SIGN = np.uint32(0x80000000)
 
 
 def _order_key(scores: chex.Array, mask: chex.Array) -> chex.Array:

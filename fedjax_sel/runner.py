@@ -106,11 +106,13 @@ def tree_sum(x: chex.Array) -> chex.Array:
     Zero-pads the axis to a power of two, then adds adjacent pairs until one row is
     left. The result depends only on the values and their positions, not on how XLA
     lowers a reduction, and a sum over an aligned power-of-two block is a subtree of
-    the sum over a larger block.
+    the sum over a larger block. A NumPy array is summed on the host, with the same
+    f32 adds (the host joins the sums of chunks and devices).
     """
+    xp = np if isinstance(x, np.ndarray) else jnp
     n = x.shape[0]
     size = 1 << max(n - 1, 0).bit_length()
-    x = jnp.concatenate([x, jnp.zeros((size - n,) + x.shape[1:], x.dtype)])
+    x = xp.concatenate([x, xp.zeros((size - n,) + x.shape[1:], x.dtype)])
     while x.shape[0] > 1:
         x = x[0::2] + x[1::2]
     return x[0]
@@ -140,11 +142,11 @@ def _metric_names(env: Env, keys: _Keys) -> tuple[tuple[str, ...], tuple[str, ..
     return optional, extras
 
 
-def _checked_program(name, env, selector, names, extras, keys, num_trials, options):
+def _checked_program(name, env, selector, names, extras, keys, num_trials, options, mesh):
     """The policy's programs, traced once on abstract inputs so that a policy that does
     not fit the environment (a missing context, a dimension mismatch) fails before
     anything compiles or runs, with the policy's name in the message."""
-    program = _program(env, selector, names, extras, options)
+    program = _program(env, selector, names, extras, options, mesh)
     init_carry, run_rounds, _ = program
     ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32)
     try:
@@ -163,7 +165,12 @@ def _checked_program(name, env, selector, names, extras, keys, num_trials, optio
 
 
 def _program(
-    env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...], options: tuple
+    env: Env,
+    selector: Selector,
+    names: tuple[str, ...],
+    extras: tuple[str, ...],
+    options: tuple,
+    mesh: Mesh,
 ):
     """`_build_program`, cached when the env and selector are hashable (they normally are:
     tuples of functions), so that a second `simulate` of the same objects reuses the
@@ -171,8 +178,8 @@ def _program(
     try:
         hash((env, selector))
     except TypeError:
-        return _build_program.__wrapped__(env, selector, names, extras, options)
-    return _build_program(env, selector, names, extras, options)
+        return _build_program.__wrapped__(env, selector, names, extras, options, mesh)
+    return _build_program(env, selector, names, extras, options, mesh)
 
 
 # XLA options of the runner's programs per platform. On CPU, loops are vectorised with
@@ -192,12 +199,27 @@ def _compiler_options(platform: str) -> tuple[tuple[str, Any], ...]:
 
 @functools.lru_cache(maxsize=16)
 def _build_program(
-    env: Env, selector: Selector, names: tuple[str, ...], extras: tuple[str, ...], options: tuple
+    env: Env,
+    selector: Selector,
+    names: tuple[str, ...],
+    extras: tuple[str, ...],
+    options: tuple,
+    mesh: Mesh,
 ):
     """Returns jitted (init_carry, run_rounds, finish) for one policy, compiled with the
-    XLA `options` ((name, value) pairs, `_compiler_options`)."""
+    XLA `options` ((name, value) pairs, `_compiler_options`), over the `mesh` of devices
+    whose one axis, "trials", splits the trials into `device_block`s.
+
+    Each device reduces its own block: the per-round sums and the selection counts come
+    back with a leading axis of one entry per device, for the host to join (`_join`).
+    No value crosses devices inside a chunk (between CPU devices, an all-reduce in every
+    round cost more than the round: docs/benchmarks.md).
+    """
     n = env.num_clients
     jit = functools.partial(jax.jit, compiler_options=dict(options) or None)
+    # No collectives: the check of which values vary across devices has nothing to find.
+    per_device = functools.partial(jax.shard_map, mesh=mesh, check_vma=False)
+    split, whole = PartitionSpec("trials"), PartitionSpec()
 
     def init_trial(keys, m):
         env_state = env.reset(jax.random.fold_in(keys.reset, m))
@@ -253,6 +275,9 @@ def _build_program(
 
     # The carry is donated: chunk after chunk reuses its buffers instead of copying them.
     @functools.partial(jit, donate_argnums=0)
+    @functools.partial(
+        per_device, in_specs=(split, whole, split, split, whole), out_specs=(split, split)
+    )
     def run_rounds(carry, keys, trial_ids, valid, rounds):
         def body(carry, t):
             carry, values = jax.vmap(trial_round, in_axes=(None, 0, None, 0))(
@@ -261,9 +286,11 @@ def _build_program(
             values = jnp.where(valid[:, None], values, 0.0)
             return carry, jnp.stack([tree_sum(values), tree_sum(_exact_square(values))], -1)
 
-        return lax.scan(body, carry, rounds)
+        carry, sums = lax.scan(body, carry, rounds)
+        return carry, sums[None]
 
     @jit
+    @functools.partial(per_device, in_specs=(split, split, whole), out_specs=(split, split))
     def finish(carry, valid, num_rounds):
         tot = carry[2]
         fractions = tot.counts / num_rounds
@@ -280,7 +307,7 @@ def _build_program(
             -1,
         )
         # Integer-valued counts sum exactly; the host divides by T * M.
-        return per_trial, tree_sum(jnp.where(valid[:, None], tot.counts, 0.0))
+        return per_trial, tree_sum(jnp.where(valid[:, None], tot.counts, 0.0))[None]
 
     return init_carry, run_rounds, finish
 
@@ -333,6 +360,7 @@ def trials_per_chunk_for_budget(
     num_rounds: int,
     num_trials: int,
     memory_budget_bytes: int,
+    num_devices: int = 1,
 ) -> int:
     """The power-of-two trial chunk that fits the budget and pads the trials least.
 
@@ -344,7 +372,8 @@ def trials_per_chunk_for_budget(
     fit, the chunk minimising `ceil(num_trials / chunk) * (chunk + CHUNK_COST_TRIALS)`
     (`num_trials + CHUNK_COST_TRIALS` for a chunk that covers every trial), the work done
     plus a fixed cost per chunk counted in trials, is chosen (the larger on ties):
-    10,000 trials that fit 8,192 run in chunks of 2,048 (10,240 simulated).
+    10,000 trials that fit 8,192 run in chunks of 2,048 (10,240 simulated). On several
+    devices the trials simulated are those of `device_block`, over all devices together.
 
     Raises:
       ValueError: if not even one trial fits.
@@ -360,33 +389,98 @@ def trials_per_chunk_for_budget(
             f"and these policies (one trial needs about {per_trial} bytes), got "
             f"{memory_budget_bytes}."
         )
-    return _least_padded_chunk(int(fitting), num_trials)
+    return _least_padded_chunk(int(fitting), num_trials, num_devices)
 
 
-def _least_padded_chunk(bound: int, num_trials: int) -> int:
+def device_block(chunk: int, num_devices: int) -> int:
+    """Trials each of `num_devices` devices runs of a chunk of `chunk` trials: all of them
+    on one device, else the power of two >= chunk / num_devices.
+
+    Each device sums its block's metrics along its own subtree of `tree_sum`, and the host
+    joins the devices' sums along the same tree (`_join`); a block that is an aligned
+    power of two is such a subtree, so the numbers are those of one device.
+    """
+    if num_devices == 1:
+        return chunk
+    return 1 << (-(-chunk // num_devices) - 1).bit_length()
+
+
+def _least_padded_chunk(bound: int, num_trials: int, num_devices: int = 1) -> int:
     """The power of two <= `bound` (and <= the smallest power of two >= num_trials) that
     minimises the trials simulated plus `CHUNK_COST_TRIALS` per chunk, the larger on
     ties. A chunk of c < M trials simulates c trials however few are left; one of
-    c >= M simulates the M trials."""
+    c >= M simulates the M trials; either is rounded up to `num_devices` blocks of a
+    power of two (`device_block`), which must fit `bound` too unless one trial does not."""
     largest = min(1 << (bound.bit_length() - 1), 1 << max(num_trials - 1, 0).bit_length())
-    chunks = [largest >> i for i in range(largest.bit_length())]
-    cost = lambda c: -(-num_trials // c) * (min(c, num_trials) + CHUNK_COST_TRIALS)
-    return min(chunks, key=lambda c: (cost(c), -c))
+    simulated = lambda c: num_devices * device_block(min(c, num_trials), num_devices)
+    chunks = [
+        c for c in (largest >> i for i in range(largest.bit_length())) if simulated(c) <= bound
+    ]
+    cost = lambda c: -(-num_trials // c) * (simulated(c) + CHUNK_COST_TRIALS)
+    return min(chunks or [1], key=lambda c: (cost(c), -c))
 
 
 # On CPU, the per-client arrays of a chunk stay in cache up to about this many
 # client-trials per device; beyond it, each of a round's many passes over them streams
-# from memory (docs/benchmarks.md: `ucb` at N=1,000 runs 10,000 trials 37% faster in
-# chunks of 1,024 than at once).
+# from memory. A single device spreads each operation over every core, and larger
+# operations pay for that better (docs/benchmarks.md: `ucb` at N=1,000 ran 10,000 trials
+# 37% faster in chunks of 1,024 than at once); a device per core (`use_all_cpu_cores`)
+# runs best with its block in the core's own cache (at N=1,000 and 10,000, blocks of
+# 128 and 16 trials: 1.3x and 1.1x the speed of 2^21 client-trials per device).
 CPU_CHUNK_CLIENT_TRIALS = 2**21
+CPU_CORE_CHUNK_CLIENT_TRIALS = 5 * 2**15
 
 
 def cpu_trials_per_chunk(num_clients: int, num_trials: int, num_devices: int = 1) -> int:
-    """The trial chunk of a CPU run: at most `CPU_CHUNK_CLIENT_TRIALS / num_clients` trials
-    per device, a power of two, the one that pads the trials least
+    """The trial chunk of a CPU run: at most `CPU_CHUNK_CLIENT_TRIALS / num_clients`
+    trials on one device, `CPU_CORE_CHUNK_CLIENT_TRIALS / num_clients` per device on
+    several, a power of two, the one that pads the trials least
     (`trials_per_chunk_for_budget`)."""
-    bound = max(1, CPU_CHUNK_CLIENT_TRIALS * num_devices // num_clients)
-    return _least_padded_chunk(bound, num_trials)
+    per_device = CPU_CHUNK_CLIENT_TRIALS if num_devices == 1 else CPU_CORE_CHUNK_CLIENT_TRIALS
+    bound = max(1, per_device * num_devices // num_clients)
+    return _least_padded_chunk(bound, num_trials, num_devices)
+
+
+def use_all_cpu_cores(num_devices: int | None = None) -> None:
+    """Asks JAX for one CPU device per core, on which `simulate` runs a block of trials each.
+
+    JAX makes a single CPU device unless told otherwise, and spreads each operation of
+    its programs over the cores. A round of `simulate` is a chain of many small
+    operations, for which handing work between cores costs more than it saves; one
+    device per core, each running its own trials with nothing exchanged until the chunk
+    ends, is faster (docs/benchmarks.md: `ucb` with 1,000 trials ran 1.9x faster at
+    N=100 and 1.3x at N=1,000 on 2 cores). Results do not depend on the number of
+    devices. The launch scripts call this first.
+
+    JAX fixes the number when it starts, so call this before any JAX computation
+    (importing `fedjax_sel` and `bandits` computes nothing); later, it logs a warning
+    and changes nothing. A number chosen already wins over the default: the
+    `JAX_NUM_CPU_DEVICES` variable, the `jax_num_cpu_devices` option, or XLA's
+    `--xla_force_host_platform_device_count`.
+
+    Args:
+      num_devices: CPU devices to make, >= 1; None for the cores this process may run
+        on, unless a number was chosen already.
+    """
+    if num_devices is not None:
+        num_devices = validation.positive_int("num_devices", num_devices)
+    elif (
+        jax.config.jax_num_cpu_devices >= 0
+        or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+    ):
+        return
+    elif hasattr(os, "sched_getaffinity"):
+        num_devices = len(os.sched_getaffinity(0))
+    else:
+        num_devices = os.cpu_count() or 1
+    try:
+        jax.config.update("jax_num_cpu_devices", num_devices)
+    except RuntimeError:
+        logging.warning(
+            "JAX has started already; it keeps its %d CPU device(s). Call "
+            "use_all_cpu_cores() before any JAX computation.",
+            jax.local_device_count("cpu"),
+        )
 
 
 class _DyadicStack:
@@ -510,10 +604,11 @@ def simulate(
       num_trials: M >= 1.
       seed: the seed of every random stream (see the module docstring).
       trials_per_chunk: trials run at once, a power of two (memory bound); None runs
-        all M at once, except on CPU devices, where chunks hold at most
-        `CPU_CHUNK_CLIENT_TRIALS / N` trials per device so that they stay in cache
-        (`cpu_trials_per_chunk`). The size used is recorded as `trials_per_chunk` in the
-        results' config. Results do not depend on it.
+        all M at once on one accelerator, the chunk that pads least on several
+        (`_least_padded_chunk`), and on CPU devices chunks that stay in cache
+        (`cpu_trials_per_chunk`). On several devices, each runs a power-of-two block of
+        the chunk (`device_block`). The size used is recorded as `trials_per_chunk` in
+        the results' config. Results do not depend on it.
       rounds_per_chunk: rounds per compiled call (progress, checkpoints); None runs all
         T at once. Results do not depend on it.
       checkpoint_dir: where progress is saved after every chunk and resumed from; a
@@ -522,7 +617,9 @@ def simulate(
         kept in the results and compared on resume.
       progress: called as `progress(policy, trial_rounds_done, trial_rounds_total)`
         after every chunk; None for silence.
-      devices: devices to shard the trial axis over; None uses all of `jax.devices()`.
+      devices: devices to shard the trial axis over, at most one per trial; None uses
+        all of `jax.devices()`. Results do not depend on them. JAX makes one CPU device
+        unless told otherwise; one per core runs faster (`use_all_cpu_cores`).
       memory_budget_bytes: if given (and `trials_per_chunk` is not), the trials run in
         chunks of a power of two whose estimated memory (over all `devices` together)
         fits this many bytes (see `trials_per_chunk_for_budget`), and no larger than the
@@ -554,20 +651,26 @@ def simulate(
                 f"chunking), got {trials_per_chunk}."
             )
     automatic_chunk = trials_per_chunk is None
+    # A device with no trial of its own would only compute padding.
+    devices = list(devices or jax.devices())[:num_trials]
+    num_devices = len(devices)
     if memory_budget_bytes is not None:
         if trials_per_chunk is not None:
             raise ValueError("give trials_per_chunk or memory_budget_bytes, not both.")
         memory_budget_bytes = validation.positive_int("memory_budget_bytes", memory_budget_bytes)
         trials_per_chunk = trials_per_chunk_for_budget(
-            policies, env, num_rounds, num_trials, memory_budget_bytes
+            policies, env, num_rounds, num_trials, memory_budget_bytes, num_devices
         )
     rounds_per_chunk = validation.int_in_range(
         "rounds_per_chunk", rounds_per_chunk or num_rounds, 1, num_rounds
     )
-    devices = list(devices or jax.devices())
     if automatic_chunk and all(device.platform == "cpu" for device in devices):
-        cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, len(devices))
+        cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, num_devices)
         trials_per_chunk = min(trials_per_chunk or cpu_chunk, cpu_chunk)
+    elif trials_per_chunk is None and num_devices > 1:
+        # Devices run power-of-two blocks: chunks that pad least, with no memory bound.
+        everything = num_devices * device_block(num_trials, num_devices)
+        trials_per_chunk = _least_padded_chunk(everything, num_trials, num_devices)
     config = dict(config or {})
     try:
         json.dumps(config)
@@ -593,7 +696,7 @@ def simulate(
 
     chunk = min(trials_per_chunk or num_trials, num_trials)
     num_chunks = -(-num_trials // chunk)
-    sim_size = -(-chunk // len(devices)) * len(devices)
+    sim_size = device_block(chunk, num_devices) * num_devices
     mesh = Mesh(np.asarray(devices), ("trials",))
     sharded = NamedSharding(mesh, PartitionSpec("trials"))
     replicated = NamedSharding(mesh, PartitionSpec())
@@ -601,7 +704,7 @@ def simulate(
     options = _compiler_options(devices[0].platform)
 
     programs = {
-        name: _checked_program(name, env, sel, optional, extras, keys, sim_size, options)
+        name: _checked_program(name, env, sel, optional, extras, keys, sim_size, options, mesh)
         for name, sel in policies.items()
     }
 
@@ -626,7 +729,7 @@ def simulate(
                 length = min(rounds_per_chunk, num_rounds - t0 + 1)
                 rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
                 carry, sums = run_rounds(carry, keys, trial_ids, valid, rounds)
-                state.curve[t0 - 1 : t0 - 1 + length] = np.asarray(sums)
+                state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums))
                 state.next_round = t0 + length
                 if path and state.next_round <= num_rounds:
                     state.carry_leaves = [np.asarray(x) for x in jax.tree.leaves(carry)]
@@ -637,7 +740,7 @@ def simulate(
                     progress(policy_name, done, total_work)
             per_trial, chunk_counts = finish(carry, valid, jnp.float32(num_rounds))
             state.per_trial.append(np.asarray(per_trial)[np.asarray(valid)])
-            state.stack.push((state.curve, np.asarray(chunk_counts)))
+            state.stack.push((state.curve, tree_sum(np.asarray(chunk_counts))))
             state.chunk += 1
             state.next_round = 1
             state.carry_leaves = None

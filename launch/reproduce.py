@@ -22,6 +22,7 @@ import sys
 
 from absl import app, flags
 
+import fedjax_sel
 from launch import reproductions
 
 _PAPER = flags.DEFINE_string("paper", None, "Seed paper: a module of launch/reproductions.")
@@ -43,6 +44,7 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data directory of --data
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    fedjax_sel.use_all_cpu_cores()
     if _PAPER.value is None or _FIGURE.value is None:
         raise app.UsageError(
             f"--paper and --figure are required; papers: {', '.join(reproductions.papers())}."

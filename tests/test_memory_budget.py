@@ -91,8 +91,14 @@ def test_results_equal_the_unchunked_run():
         (1000, 10_000, 1, 2048),
         # 2^21 / 10,000 = 209: c = 128, 64: 8 * 192 = 1536, 16 * 128 = 2048.
         (10_000, 1000, 1, 128),
-        # Four devices: 838: c = 512, 256: 2 * 576 = 1152, 4 * 320 = 1280.
-        (10_000, 1000, 4, 512),
+        # A device per core: 5 * 2^15 client-trials each. Four devices, 65 trials:
+        # c = 64 (blocks of 16), 32: 16 * 128 = 2048, 32 * 96 = 3072.
+        (10_000, 1000, 4, 64),
+        # Two devices, 327: c = 256, 128: 4 * 320 = 1280, 8 * 192 = 1536.
+        (1000, 1000, 2, 256),
+        # Three devices, 491: c = 256 runs blocks of 128 (384 trials), 128 blocks of 64:
+        # 4 * (384 + 64) = 1792, 8 * (192 + 64) = 2048.
+        (1000, 1000, 3, 256),
         # 20,971 trials fit: 16,384 covers the 10,000 (10064, against 10560 for 2048).
         (100, 10_000, 1, 16_384),
         # More clients than the bound: one trial at a time.
@@ -101,6 +107,21 @@ def test_results_equal_the_unchunked_run():
 )
 def test_cpu_chunk_by_hand(num_clients, num_trials, num_devices, expected):
     assert runner.cpu_trials_per_chunk(num_clients, num_trials, num_devices) == expected
+
+
+@pytest.mark.parametrize(
+    "chunk, num_devices, expected",
+    [(7, 1, 7), (8, 2, 4), (7, 2, 4), (5, 2, 4), (4, 3, 2), (1, 3, 1), (10, 4, 4), (3, 4, 1)],
+)
+def test_device_block_by_hand(chunk, num_devices, expected):
+    assert runner.device_block(chunk, num_devices) == expected
+
+
+def test_device_blocks_must_fit_the_bound():
+    # Five trials fitting 5 on 3 devices: a chunk of 4 runs 3 blocks of 2 (6 > 5); a
+    # chunk of 2 runs blocks of 1: 3 chunks of 3 + 64 = 201, against 5 * 67 for 1.
+    assert runner._least_padded_chunk(5, 5, 3) == 2
+    assert runner._least_padded_chunk(5, 5, 1) == 4  # 2 * 68 = 136, against 3 * 66
 
 
 def test_cpu_chunk_is_the_default_on_cpu(monkeypatch):

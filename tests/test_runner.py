@@ -219,22 +219,38 @@ def test_results_save_load_roundtrip_and_plot(reference, tmp_path):
 
 
 def test_results_do_not_depend_on_device_count():
+    # Each device sums its own block of trials and the host joins the blocks: on 2 and
+    # 4 devices (blocks of 8 and 4 of the 10 trials, the last ones padding), on 3
+    # (chunks of 4 in blocks of 2) and on 4 under a budget, the numbers of one device.
+    # The compiled rounds exchange nothing between devices.
     script = textwrap.dedent(
         """
         import jax, numpy as np, bandits, fedjax_sel
-        from fedjax_sel import envs
+        from fedjax_sel import envs, runner
         assert jax.device_count() == 4
-        env = envs.bernoulli(6, 2, availability=0.8)
+        env, sel = envs.bernoulli(6, 2, availability=0.8), bandits.ucb(6, 2)
         run = lambda devs, **kw: fedjax_sel.simulate(
-            bandits.ucb(6, 2), env, 17, 10, seed=3, progress=None, devices=devs, **kw)
+            sel, env, 17, 10, seed=3, progress=None, devices=devs, **kw)
         a = run(jax.devices()[:1])
-        b = run(jax.devices())
-        c = run(jax.devices()[:3], trials_per_chunk=4)
-        for r in (b, c):
+        budget = 8 * runner.trial_memory_bytes(env, sel) + 17 * 12 * 8 + 10 * 7 * 4
+        runs = [run(jax.devices()[:2]), run(jax.devices()), run(jax.devices()[:3],
+                trials_per_chunk=4), run(jax.devices(), memory_budget_bytes=budget)]
+        assert [r.config["trials_per_chunk"] for r in runs] == [16, 16, 4, 8]
+        for r in runs:
             for m, v in a.curves["policy"].items():
                 np.testing.assert_array_equal(v["mean"], r.curves["policy"][m]["mean"])
-            np.testing.assert_array_equal(a.totals["policy"]["cumulative_regret"],
-                                          r.totals["policy"]["cumulative_regret"])
+                np.testing.assert_array_equal(v["std"], r.curves["policy"][m]["std"])
+            for m, v in a.totals["policy"].items():
+                np.testing.assert_array_equal(v, r.totals["policy"][m])
+            np.testing.assert_array_equal(a.selection_fraction["policy"],
+                                          r.selection_fraction["policy"])
+        mesh = jax.sharding.Mesh(np.array(jax.devices()), ("trials",))
+        init, rounds, _ = runner._program(env, sel, (), (), (), mesh)
+        keys = runner._keys(0)
+        ids = jax.device_put(np.arange(8, dtype=np.int32),
+                             jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("trials")))
+        hlo = rounds.lower(init(keys, ids), keys, ids, ids < 8, np.arange(1, 3)).compile().as_text()
+        assert "all-reduce" not in hlo and "all-gather" not in hlo and "collective" not in hlo
         print("OK")
         """
     )
@@ -253,6 +269,46 @@ def test_results_do_not_depend_on_device_count():
         timeout=600,
     )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "variables, call, expected",
+    [
+        ({}, "use_all_cpu_cores(3)", 3),
+        ({}, "use_all_cpu_cores()", len(os.sched_getaffinity(0))),
+        # A number chosen already wins over the number of cores.
+        ({"JAX_NUM_CPU_DEVICES": "2"}, "use_all_cpu_cores()", 2),
+        ({"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}, "use_all_cpu_cores()", 4),
+    ],
+)
+def test_use_all_cpu_cores_before_jax_starts(variables, call, expected):
+    # Importing the library and the launch scripts computes nothing, so the call works.
+    script = (
+        f"import bandits, fedjax_sel, jax, launch.bench, launch.reproduce\n"
+        f"fedjax_sel.{call}\nprint(jax.device_count('cpu'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    env.update(variables, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == [str(expected)]
+
+
+def test_use_all_cpu_cores_after_jax_started_changes_nothing(caplog):
+    before = jax.device_count("cpu")
+    jnp.zeros(1).block_until_ready()
+    fedjax_sel.use_all_cpu_cores(before + 1)
+    assert jax.device_count("cpu") == before
+    assert "Call use_all_cpu_cores() before any JAX computation" in caplog.text
+    with pytest.raises(ValueError, match="num_devices"):
+        fedjax_sel.use_all_cpu_cores(0)
 
 
 def test_a_policy_that_does_not_fit_the_env_fails_before_anything_runs():
