@@ -425,8 +425,9 @@ def _least_padded_chunk(bound: int, num_trials: int, num_devices: int = 1) -> in
 # from memory. A single device spreads each operation over every core, and larger
 # operations pay for that better (docs/benchmarks.md: `ucb` at N=1,000 ran 10,000 trials
 # 37% faster in chunks of 1,024 than at once); a device per core (`use_all_cpu_cores`)
-# runs best with its block in the core's own cache (at N=1,000 and 10,000, blocks of
-# 128 and 16 trials: 1.3x and 1.1x the speed of 2^21 client-trials per device).
+# runs best with its block in the core's own cache (on a 2-core Xeon at N=1,000 and
+# 10,000, blocks of 128 and 16 trials ran 1.3x and 1.1x as fast as the blocks of 512
+# and 128 that 2^21 client-trials per device would give).
 CPU_CHUNK_CLIENT_TRIALS = 2**21
 CPU_CORE_CHUNK_CLIENT_TRIALS = 5 * 2**15
 
@@ -448,8 +449,8 @@ def use_all_cpu_cores(num_devices: int | None = None) -> None:
     its programs over the cores. A round of `simulate` is a chain of many small
     operations, for which handing work between cores costs more than it saves; one
     device per core, each running its own trials with nothing exchanged until the chunk
-    ends, is faster (docs/benchmarks.md: `ucb` with 1,000 trials ran 1.9x faster at
-    N=100 and 1.3x at N=1,000 on 2 cores). Results do not depend on the number of
+    ends, is faster (docs/benchmarks.md: on a 2-core Xeon, `ucb` with 1,000 trials ran
+    2.0x faster at N=100 and 1.5x at N=1,000). Results do not depend on the number of
     devices. The launch scripts call this first.
 
     JAX fixes the number when it starts, so call this before any JAX computation
