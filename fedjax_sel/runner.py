@@ -164,22 +164,15 @@ def _checked_program(name, env, selector, names, extras, keys, num_trials, optio
     return program
 
 
-def _program(
-    env: Env,
-    selector: Selector,
-    names: tuple[str, ...],
-    extras: tuple[str, ...],
-    options: tuple,
-    mesh: Mesh,
-):
-    """`_build_program`, cached when the env and selector are hashable (they normally are:
-    tuples of functions), so that a second `simulate` of the same objects reuses the
-    compiled executables instead of tracing and compiling again."""
+def _program(env: Env, selector: Selector, *settings):
+    """`_build_program(env, selector, *settings)`, cached when the env and selector are
+    hashable (they normally are: tuples of functions), so that a second `simulate` of the
+    same objects reuses the compiled executables instead of tracing and compiling again."""
     try:
         hash((env, selector))
     except TypeError:
-        return _build_program.__wrapped__(env, selector, names, extras, options, mesh)
-    return _build_program(env, selector, names, extras, options, mesh)
+        return _build_program.__wrapped__(env, selector, *settings)
+    return _build_program(env, selector, *settings)
 
 
 # XLA options of the runner's programs per platform. On CPU, loops are vectorised with
@@ -211,7 +204,7 @@ def _build_program(
     whose one axis, "trials", splits the trials into `device_block`s.
 
     Each device reduces its own block: the per-round sums and the selection counts come
-    back with a leading axis of one entry per device, for the host to join (`_join`).
+    back with a leading axis of one entry per device, for the host to join (`tree_sum`).
     No value crosses devices inside a chunk (between CPU devices, an all-reduce in every
     round cost more than the round: docs/benchmarks.md).
     """
@@ -397,7 +390,7 @@ def device_block(chunk: int, num_devices: int) -> int:
     on one device, else the power of two >= chunk / num_devices.
 
     Each device sums its block's metrics along its own subtree of `tree_sum`, and the host
-    joins the devices' sums along the same tree (`_join`); a block that is an aligned
+    joins the devices' sums along the same tree (`tree_sum` on the host); a block that is an aligned
     power of two is such a subtree, so the numbers are those of one device.
     """
     if num_devices == 1:

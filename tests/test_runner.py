@@ -218,6 +218,23 @@ def test_results_save_load_roundtrip_and_plot(reference, tmp_path):
     assert "cumulative_regret" in loaded.table().splitlines()[0]
 
 
+def _python(script: str, **variables) -> str:
+    """The output of `script` run by a fresh Python on the CPU, with these environment
+    variables and no device count of this process's environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    env.update(variables, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
 def test_results_do_not_depend_on_device_count():
     # Each device sums its own block of trials and the host joins the blocks: on 2 and
     # 4 devices (blocks of 8 and 4 of the 10 trials, the last ones padding), on 3
@@ -254,21 +271,8 @@ def test_results_do_not_depend_on_device_count():
         print("OK")
         """
     )
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=4",
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=ROOT,
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+    out = _python(script, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    assert "OK" in out
 
 
 @pytest.mark.parametrize(
@@ -287,18 +291,7 @@ def test_use_all_cpu_cores_before_jax_starts(variables, call, expected):
         f"import bandits, fedjax_sel, jax, launch.bench, launch.reproduce\n"
         f"fedjax_sel.{call}\nprint(jax.device_count('cpu'))"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
-    env.update(variables, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == [str(expected)]
+    assert _python(script, **variables).split() == [str(expected)]
 
 
 def test_use_all_cpu_cores_after_jax_started_changes_nothing(caplog):
