@@ -262,7 +262,10 @@ def _build_program(
             [jnp.asarray(v, jnp.float32) for v in values]
         )
 
+    # Per device too, so that the carry comes out as `run_rounds` returns it: a carry
+    # sharded otherwise would compile `run_rounds` a second time.
     @jit
+    @functools.partial(per_device, in_specs=(whole, split), out_specs=split)
     def init_carry(keys, trial_ids):
         return jax.vmap(init_trial, in_axes=(None, 0))(keys, trial_ids)
 

@@ -262,12 +262,18 @@ def test_results_do_not_depend_on_device_count():
             np.testing.assert_array_equal(a.selection_fraction["policy"],
                                           r.selection_fraction["policy"])
         mesh = jax.sharding.Mesh(np.array(jax.devices()), ("trials",))
-        init, rounds, _ = runner._program(env, sel, (), (), (), mesh)
+        options = runner._compiler_options("cpu")
+        init, rounds, _ = runner._program(env, sel, (), (), options, mesh)  # simulate's own
         keys = runner._keys(0)
         ids = jax.device_put(np.arange(8, dtype=np.int32),
                              jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("trials")))
         hlo = rounds.lower(init(keys, ids), keys, ids, ids < 8, np.arange(1, 3)).compile().as_text()
         assert "all-reduce" not in hlo and "all-gather" not in hlo and "collective" not in hlo
+        # Rounds in calls of 4 compile the rounds twice (4 and 1), not again for the
+        # carry of the first call.
+        before = rounds._cache_size()
+        run(jax.devices(), rounds_per_chunk=4)
+        assert rounds._cache_size() == before + 2, (before, rounds._cache_size())
         print("OK")
         """
     )
