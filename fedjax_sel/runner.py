@@ -446,7 +446,7 @@ def use_all_cpu_cores(num_devices: int | None = None) -> None:
     operations, for which handing work between cores costs more than it saves; one
     device per core, each running its own trials with nothing exchanged until the chunk
     ends, is faster (docs/benchmarks.md: on a 2-core Xeon, `ucb` with 1,000 trials ran
-    2.0x faster at N=100 and 1.5x at N=1,000). Results do not depend on the number of
+    2.0x faster at N=100 and 1.5x to 1.6x at N=1,000). Results do not depend on the number of
     devices. The launch scripts call this first.
 
     JAX fixes the number when it starts, so call this before any JAX computation
