@@ -609,7 +609,8 @@ def simulate(
       rounds_per_chunk: rounds per compiled call (progress, checkpoints); None runs all
         T at once. Results do not depend on it.
       checkpoint_dir: where progress is saved after every chunk and resumed from; a
-        directory written by a different configuration is refused.
+        directory written by a different configuration, or on another number of
+        devices, is refused.
       config: JSON-serialisable description of the run (env and policy parameters),
         kept in the results and compared on resume.
       progress: called as `progress(policy, trial_rounds_done, trial_rounds_total)`
@@ -689,7 +690,8 @@ def simulate(
         "config": config,
     }
     if checkpoint_dir is not None:
-        _check_checkpoint_config(checkpoint_dir, run_config)
+        # A chunk's saved state holds the trials of its devices' blocks.
+        _check_checkpoint_config(checkpoint_dir, {**run_config, "num_devices": num_devices})
 
     chunk = min(trials_per_chunk or num_trials, num_trials)
     num_chunks = -(-num_trials // chunk)
