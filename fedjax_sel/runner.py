@@ -142,11 +142,12 @@ def _metric_names(env: Env, keys: _Keys) -> tuple[tuple[str, ...], tuple[str, ..
     return optional, extras
 
 
-def _checked_program(name, env, selector, names, extras, keys, num_trials, options, mesh):
-    """The policy's programs, traced once on abstract inputs so that a policy that does
-    not fit the environment (a missing context, a dimension mismatch) fails before
-    anything compiles or runs, with the policy's name in the message."""
-    program = _program(env, selector, names, extras, options, mesh)
+def _checked_program(name, keys, num_trials, env, selector, *settings):
+    """The policy's programs (`_program(env, selector, *settings)`), traced once on
+    abstract inputs of `num_trials` trials so that a policy that does not fit the
+    environment (a missing context, a dimension mismatch) fails before anything
+    compiles or runs, with the policy's name in the message."""
+    program = _program(env, selector, *settings)
     init_carry, run_rounds, _ = program
     ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32)
     try:
@@ -392,9 +393,10 @@ def device_block(chunk: int, num_devices: int) -> int:
     """Trials each of `num_devices` devices runs of a chunk of `chunk` trials: all of them
     on one device, else the power of two >= chunk / num_devices.
 
-    Each device sums its block's metrics along its own subtree of `tree_sum`, and the host
-    joins the devices' sums along the same tree (`tree_sum` on the host); a block that is an aligned
-    power of two is such a subtree, so the numbers are those of one device.
+    Each device sums its block's metrics along its own subtree of `tree_sum`, and the
+    host joins the devices' sums along the same tree (`tree_sum` of NumPy arrays); a
+    block that is an aligned power of two is such a subtree, so the numbers are those
+    of one device.
     """
     if num_devices == 1:
         return chunk
@@ -446,8 +448,8 @@ def use_all_cpu_cores(num_devices: int | None = None) -> None:
     operations, for which handing work between cores costs more than it saves; one
     device per core, each running its own trials with nothing exchanged until the chunk
     ends, is faster (docs/benchmarks.md: on a 2-core Xeon, `ucb` with 1,000 trials ran
-    2.0x faster at N=100 and 1.5x to 1.6x at N=1,000). Results do not depend on the number of
-    devices. The launch scripts call this first.
+    2.0x faster at N=100 and 1.5x to 1.6x at N=1,000). Results do not depend on the
+    number of devices. The launch scripts call this first.
 
     JAX fixes the number when it starts, so call this before any JAX computation
     (importing `fedjax_sel` and `bandits` computes nothing); later, it logs a warning
@@ -703,7 +705,7 @@ def simulate(
     options = _compiler_options(devices[0].platform)
 
     programs = {
-        name: _checked_program(name, env, sel, optional, extras, keys, sim_size, options, mesh)
+        name: _checked_program(name, keys, sim_size, env, sel, optional, extras, options, mesh)
         for name, sel in policies.items()
     }
 

@@ -269,8 +269,6 @@ def test_results_do_not_depend_on_device_count():
                              jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("trials")))
         hlo = rounds.lower(init(keys, ids), keys, ids, ids < 8, np.arange(1, 3)).compile().as_text()
         assert "all-reduce" not in hlo and "all-gather" not in hlo and "collective" not in hlo
-        # Rounds in calls of 4 compile the rounds twice (4 and 1), not again for the
-        # carry of the first call.
         # A checkpoint holds its devices' blocks: another device count is refused.
         import tempfile
         with tempfile.TemporaryDirectory() as ckpt:
@@ -280,6 +278,8 @@ def test_results_do_not_depend_on_device_count():
                 raise AssertionError("resumed on another number of devices")
             except ValueError as e:
                 assert "differs in num_devices" in str(e), e
+        # Rounds in calls of 4 compile the rounds twice (4 and 1), not again for the
+        # carry of the first call.
         before = rounds._cache_size()
         run(jax.devices(), rounds_per_chunk=4)
         assert rounds._cache_size() == before + 2, (before, rounds._cache_size())
