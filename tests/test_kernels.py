@@ -135,8 +135,9 @@ def test_rank_counts_the_true_entries_before_each_one():
     rng = np.random.default_rng(3)
     for n in (1, 5, 31, 32, 33, 100, 1000):
         flags = rng.random(n) < rng.random()
-        got = np.asarray(jax.jit(kernels._rank)(jnp.asarray(flags)))
-        np.testing.assert_array_equal(got, np.cumsum(flags) - flags)
+        rank, size = jax.jit(kernels._rank)(jnp.asarray(flags))
+        np.testing.assert_array_equal(np.asarray(rank), np.cumsum(flags) - flags)
+        assert int(size) == int(np.sum(flags))
 
 
 def test_top_k_mask_equals_lax_top_k():
