@@ -12,9 +12,10 @@ at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
   (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the tied
   clients from r random integers (r <= k) instead of one random number per client.
 
-The search's counts are its own (`_kth_largest`); the others are of bf16 flags summed
-in f32 (exact below 2^24 clients; XLA's CPU code vectorises them better than int32 sums,
-and bf16 flags halve the memory traffic of f32 ones) and in int32 beyond. Tie-breaking
+The search's counts are its own (`_kth_largest`), and the tie-break takes the number of
+tied clients from the words it ranks them with (`_rank`); the eligible clients of
+`uniform_subset` are counted as bf16 flags summed in f32 (exact below 2^24 clients; XLA's
+CPU code vectorises them better than int32 sums) and in int32 beyond. Tie-breaking
 is skipped when every tied client fits in the cohort; under `jax.vmap` it is skipped
 when that holds for every member of the batch (`_where_needed`).
 """
