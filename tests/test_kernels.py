@@ -109,11 +109,11 @@ def test_top_k_mask_is_deterministic_lowest_index_on_ties(k):
     np.testing.assert_array_equal(np.flatnonzero(sel), expected)
 
 
-@pytest.mark.parametrize("n", [1, 3, 100, 1023, 1024, 1500])
+@pytest.mark.parametrize("n", [1, 3, 8, 100, 997, 1000, 1023, 1024, 1500])
 def test_kth_largest_matches_sorting(n):
-    # Counts from packed int32 sums below 1,024 keys, from an int8 product from there
-    # on: both against a sort, on keys with many ties, zeros (ineligible) and the
-    # extreme values.
+    # Counts from packed int32 sums below 1,024 keys (summed in 1, 3, 8, 5, 1, 8 and 3
+    # rows here), from an int8 product from there on: both against a sort, on keys with
+    # many ties, zeros (ineligible) and the extreme values.
     rng = np.random.default_rng(n)
     rows = [
         rng.integers(0, 2**32, n, dtype=np.uint64),
@@ -129,6 +129,26 @@ def test_kth_largest_matches_sorting(n):
             want = np.sort(row)[::-1][k - 1]
             want_count = int(np.sum(row >= want)) if want > 0 else 0
             assert (int(got_kth), int(got_count)) == (int(want), want_count), (n, k, row[:8])
+
+
+def test_bit_words_packs_flags_least_significant_bit_first():
+    flags = np.zeros(64, bool)
+    flags[[0, 1, 7, 8, 31, 32, 63]] = True
+    got = np.asarray(jax.jit(kernels._bit_words)(jnp.asarray(flags)))
+    np.testing.assert_array_equal(got, np.array([0x80000183, 0x80000001], np.uint32))
+    # Against NumPy's bit packing, every byte pattern of four flags included.
+    rng = np.random.default_rng(5)
+    flags = np.concatenate(
+        [
+            np.unpackbits(np.arange(16, dtype=np.uint8), bitorder="little")
+            .reshape(16, 8)[:, :4]
+            .reshape(-1),
+            rng.random(1024) < 0.3,
+        ]
+    )
+    want = np.packbits(flags, bitorder="little").view("<u4")
+    got = np.asarray(jax.jit(kernels._bit_words)(jnp.asarray(flags)))
+    np.testing.assert_array_equal(got, want)
 
 
 def test_rank_counts_the_true_entries_before_each_one():
