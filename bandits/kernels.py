@@ -141,7 +141,7 @@ def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:
     gives every rank. t is a 32-bit random word modulo j + 1, uniform up to a relative
     bias below n / 2^32.
 
-    The batch is one flat array of B * n flags, so that each of the k steps is a single
+    The batch is one flat array of B * n flags, so that each step is a single
     gather and scatter over B flat positions: the per-trial loop under `jax.vmap`
     builds (trial, rank) index pairs at every step instead.
     """
@@ -239,7 +239,7 @@ def _where_needed(need: chex.Array, full: Callable, short: Callable, *operands) 
     """`full(*operands)` where `need`, else `short(*operands)`, for functions that agree
     wherever `need` is False.
 
-    The tie-breaks below (`full`) cost k sequential steps that a round does not need
+    The tie-breaks below (`full`) cost up to k sequential steps that a round does not need
     when no tie crosses the k-th place, where `short` gives the same answer. Under
     `jax.vmap` a `lax.cond` on a batched predicate would run both branches, so the
     batching rule (`jax.custom_batching.custom_vmap`) conditions on the whole batch:

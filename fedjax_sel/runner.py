@@ -403,6 +403,12 @@ def device_block(chunk: int, num_devices: int) -> int:
     return 1 << (-(-chunk // num_devices) - 1).bit_length()
 
 
+def _simulated_trials(chunk: int, num_devices: int) -> int:
+    """Trials a chunk of `chunk` trials simulates on `num_devices` devices, padding
+    included: one `device_block` on each."""
+    return num_devices * device_block(chunk, num_devices)
+
+
 def _least_padded_chunk(bound: int, num_trials: int, num_devices: int = 1) -> int:
     """The power of two <= `bound` (and <= the smallest power of two >= num_trials) that
     minimises the trials simulated plus `CHUNK_COST_TRIALS` per chunk, the larger on
@@ -410,7 +416,7 @@ def _least_padded_chunk(bound: int, num_trials: int, num_devices: int = 1) -> in
     c >= M simulates the M trials; either is rounded up to `num_devices` blocks of a
     power of two (`device_block`), which must fit `bound` too unless one trial does not."""
     largest = min(1 << (bound.bit_length() - 1), 1 << max(num_trials - 1, 0).bit_length())
-    simulated = lambda c: num_devices * device_block(min(c, num_trials), num_devices)
+    simulated = lambda c: _simulated_trials(min(c, num_trials), num_devices)
     chunks = [
         c for c in (largest >> i for i in range(largest.bit_length())) if simulated(c) <= bound
     ]
@@ -669,7 +675,7 @@ def simulate(
         trials_per_chunk = min(trials_per_chunk or cpu_chunk, cpu_chunk)
     elif trials_per_chunk is None and num_devices > 1:
         # Devices run power-of-two blocks: chunks that pad least, with no memory bound.
-        everything = num_devices * device_block(num_trials, num_devices)
+        everything = _simulated_trials(num_trials, num_devices)
         trials_per_chunk = _least_padded_chunk(everything, num_trials, num_devices)
     config = dict(config or {})
     try:
@@ -697,7 +703,7 @@ def simulate(
 
     chunk = min(trials_per_chunk or num_trials, num_trials)
     num_chunks = -(-num_trials // chunk)
-    sim_size = device_block(chunk, num_devices) * num_devices
+    sim_size = _simulated_trials(chunk, num_devices)
     mesh = Mesh(np.asarray(devices), ("trials",))
     sharded = NamedSharding(mesh, PartitionSpec("trials"))
     replicated = NamedSharding(mesh, PartitionSpec())
