@@ -5,9 +5,10 @@ edge-server axes. None of the top-k kernels sorts, and none calls `lax.top_k`: o
 XLA's TopK is a single-threaded `std::partial_sort` of every row, about 20 us per row
 at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
 
-- the k-th largest score is found by a search over the 32 bits of an order-preserving
-  integer image of the scores, from the most significant one: 16 vectorised passes over
-  the keys, each settling two bits by counting the keys at or above three thresholds;
+- the k-th largest score is found by a search over an order-preserving integer image
+  of the scores: one pass over the keys brackets it, and each later vectorised pass
+  counts the keys at or above three thresholds, keeping a quarter of the bracket
+  (about 11 passes where a search over all 32 bits takes 16);
 - ties at the k-th place, and uniform subsets, are resolved by Floyd's algorithm
   (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the tied
   clients from r random integers (r <= k) instead of one random number per client.
@@ -98,37 +99,121 @@ def _product_counts(keys: chex.Array, thresholds: list[chex.Array]) -> list[chex
     return [counts[j] for j in range(len(thresholds))]
 
 
+def _fold(op: Callable, x: chex.Array) -> chex.Array:
+    """`op` (an elementwise minimum or maximum) over all of `x` (1-D), by halving.
+
+    XLA's CPU backend runs a min or max reduction over more than 32 entries as a scalar
+    loop with a branch per entry (a `reduce-window`); halving stays vectorised.
+    """
+    while x.shape[0] > 1:
+        x = jnp.pad(x, (0, x.shape[0] % 2), mode="edge")
+        x = op(x[0::2], x[1::2])
+    return x[0]
+
+
 def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
     """(u32[], int32[]): the k-th largest entry of `keys` (u32[N], k <= N), and the
     number of keys at or above it.
 
-    The largest threshold with at least k keys at or above it, found from the most
-    significant bit down; a threshold of 0 (never accepted, count 0) means fewer than k
-    keys are positive. Each of 16 passes settles two bits: it counts the keys at or
-    above the three thresholds `low | j << s` (j = 1, 2, 3) and keeps the largest with
-    at least k. The counts come from one int32 sum of packed flags below 2^10 keys
-    (`_packed_counts`), from an int8 matrix product beyond (`_product_counts`); either
-    way a pass costs much less than two passes of one bit (docs/benchmarks.md).
+    The largest threshold with at least k keys at or above it; a threshold of 0 (never
+    accepted, count 0) means fewer than k keys are positive. The search narrows an
+    interval known to hold it, `[low, high]`, to one value, three thresholds per pass:
 
-    The passes run as 4 iterations of 4 unrolled ones: fully unrolled, XLA fuses the
-    computation of `keys` (scores, order key) into every pass instead of reading it
-    once (docs/benchmarks.md).
+    - one pass over the keys brackets it: `high` is their maximum, and `low` the least
+      of the maxima of k disjoint groups, since k keys (one per group) are at or above
+      it;
+    - the first pass counts the keys at or above `low` (so that the count of the
+      answer is known) and at two points that cut the rest in thirds; each later pass
+      counts at the three points `low + j * ceil(width / 4)` and keeps the highest with
+      at least k keys, which leaves a quarter of the interval.
+
+    The counts come from one int32 sum of packed flags below 2^10 keys
+    (`_packed_counts`), from an int8 matrix product beyond (`_product_counts`). The
+    search is exact whatever the bracket; a narrow bracket only saves passes: about
+    11 for the indices of `ucb` at N = 100, 1,000 and 10,000, where a search over all
+    32 bits takes 16 (docs/benchmarks.md).
+
+    Under `jax.vmap` (`jax.custom_batching.custom_vmap`) the batch is searched at once
+    (`_search_batch`), until every member has settled; a member that has settled
+    repeats its last pass unchanged.
     """
+
+    @jax.custom_batching.custom_vmap
+    def search(keys):
+        kth, at_or_above = _search_batch(keys[None], k)
+        return kth[0], at_or_above[0]
+
+    @search.def_vmap
+    def search_batch(axis_size, in_batched, keys):
+        del axis_size, in_batched  # `keys` is the only operand: batched.
+        return _search_batch(keys, k), (True, True)
+
+    return search(keys)
+
+
+def _search_pass(keys: chex.Array, k: int, state, offsets):
+    """One pass of `_kth_largest` on u32[N] `keys`: counts at `low + d` for the three
+    `offsets` d (clipped to `high`) and narrows `state`, (low, high, at_or_above)."""
     counts = _packed_counts if keys.shape[-1] < 2**_FIELD_BITS else _product_counts
+    low, high, at_or_above = state
+    # Thresholds below 1 would count ineligible keys: they are raised to 1.
+    candidates = [jnp.maximum(low + jnp.minimum(d, high - low), 1) for d in offsets]
+    # Counts fall as thresholds rise: the accepted candidates come first, the last of
+    # them is the new `low`, and the first rejected one bounds the answer.
+    for candidate, count in zip(candidates, counts(keys, candidates), strict=True):
+        accept = count >= k
+        low = jnp.where(accept, candidate, low)
+        at_or_above = jnp.where(accept, count, at_or_above)
+        high = jnp.where(accept, high, jnp.minimum(high, candidate - 1))
+    return low, high, at_or_above
 
-    def step(i, carry):
-        low, at_or_above = carry
-        shift = (30 - 2 * i).astype(jnp.uint32)
-        candidates = [low | (jnp.uint32(j) << shift) for j in (1, 2, 3)]
-        # Counts fall as thresholds rise, so the last accepted threshold is the highest.
-        best = low
-        for candidate, count in zip(candidates, counts(keys, candidates), strict=True):
-            accept = count >= k
-            best = jnp.where(accept, candidate, best)
-            at_or_above = jnp.where(accept, count, at_or_above)
-        return best, at_or_above
 
-    return lax.fori_loop(0, 16, step, (jnp.uint32(0), jnp.int32(0)), unroll=4)
+def _first_pass(keys: chex.Array, k: int):
+    """The bracket of u32[N] `keys` and the first pass of `_kth_largest` in it."""
+    n = keys.shape[-1]
+    # k disjoint groups: group i holds keys g * k + i (g < N // k), and one more key
+    # for the first N % k groups.
+    per_group = n // k
+    group_max = jnp.max(keys[: k * per_group].reshape(per_group, k), axis=0)
+    group_max = jnp.maximum(group_max, jnp.pad(keys[k * per_group :], (0, k - n % k)))
+    low, high = _fold(jnp.minimum, group_max), _fold(jnp.maximum, group_max)
+    # `low` itself first (accepted unless it is 0 and fewer than k keys are positive),
+    # then the thirds of the bracket.
+    third = (high - low) // 3 + 1
+    return _search_pass(keys, k, (low, high, jnp.int32(0)), [jnp.uint32(0), third, 2 * third])
+
+
+def _later_passes(keys: chex.Array, k: int, state):
+    """Two passes of `_kth_largest`, each keeping a quarter of the interval."""
+    for _ in range(2):
+        step = (state[1] - state[0]) // 4 + 1
+        state = _search_pass(keys, k, state, [step, 2 * step, 3 * step])
+    return state
+
+
+def _search_batch(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
+    """`_kth_largest` of each row of u32[B, N] `keys`: (u32[B], int32[B]).
+
+    The bracket is taken inside the loop, in its first iteration, so that the loop is
+    the only consumer of `keys`: XLA then computes them once, where a second consumer
+    outside it would make XLA recompute them (and the scores behind them) in each.
+    """
+    first = jax.vmap(lambda keys: _first_pass(keys, k))
+    later = jax.vmap(lambda keys, state: _later_passes(keys, k, state))
+
+    def body(carry):
+        i, state = carry
+        state = lax.cond(i == 0, lambda s: first(keys), lambda s: later(keys, s), state)
+        return i + 1, state
+
+    def unsettled(carry):
+        i, (low, high, _) = carry
+        return (i == 0) | jnp.any(high > low)
+
+    bound = jnp.zeros(keys.shape[0], jnp.uint32)
+    state = (bound, bound, jnp.zeros(keys.shape[0], jnp.int32))
+    _, (low, _, at_or_above) = lax.while_loop(unsettled, body, (jnp.int32(0), state))
+    return low, at_or_above
 
 
 def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:

@@ -113,19 +113,31 @@ def test_top_k_mask_is_deterministic_lowest_index_on_ties(k):
 def test_kth_largest_matches_sorting(n):
     # Counts from packed int32 sums below 1,024 keys (summed in 1, 3, 8, 5, 1, 8 and 3
     # rows here), from an int8 product from there on: both against a sort, on keys with
-    # many ties, zeros (ineligible) and the extreme values.
+    # many ties, zeros (ineligible) and the extreme values, in one batch whose members
+    # settle after different numbers of passes; brackets over the whole range, with
+    # groups of zeros (no lower bound), narrow ones at the top of the range, and one
+    # key far above the rest.
     rng = np.random.default_rng(n)
+    full_range = rng.integers(0, 2**32, n, dtype=np.uint64)
+    outlier = np.full(n, 1000)
+    outlier[n // 2] = 2**32 - 1
     rows = [
-        rng.integers(0, 2**32, n, dtype=np.uint64),
+        full_range,
         rng.integers(0, 4, n) * (2**30 + 7),
         np.where(rng.random(n) < 0.5, 0, 2**32 - 1),
         np.zeros(n),
         np.full(n, 5),
+        np.where(np.arange(n) % 2 == 0, 0, full_range),
+        2**32 - 1 - rng.integers(0, 5, n),
+        outlier,
     ]
     keys = np.stack(rows).astype(np.uint32)
     for k in sorted({1, max(1, n // 10), (n + 1) // 2, n}):
         kth, count = jax.jit(jax.vmap(lambda x, k=k: kernels._kth_largest(x, k)))(keys)
-        for row, got_kth, got_count in zip(keys, np.asarray(kth), np.asarray(count), strict=True):
+        got = list(zip(np.asarray(kth), np.asarray(count), strict=True))
+        # Unbatched, the search runs as a batch of one.
+        got[0] = jax.jit(lambda x, k=k: kernels._kth_largest(x, k))(keys[0])
+        for row, (got_kth, got_count) in zip(keys, got, strict=True):
             want = np.sort(row)[::-1][k - 1]
             want_count = int(np.sum(row >= want)) if want > 0 else 0
             assert (int(got_kth), int(got_count)) == (int(want), want_count), (n, k, row[:8])
