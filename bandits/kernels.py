@@ -111,6 +111,33 @@ def _fold(op: Callable, x: chex.Array) -> chex.Array:
     return x[0]
 
 
+def _whole_batch(batch_fn: Callable) -> Callable:
+    """`batch_fn`, written for arrays with a leading batch axis, as a function of one
+    member: alone it runs on a batch of one, and under `jax.vmap` on the whole batch at
+    once (`jax.custom_batching.custom_vmap`; unbatched operands are broadcast).
+
+    For kernels whose loops stop when every member is done (`_kth_largest`, Floyd's
+    `_random_subsets`): vmapped member by member, each loop step would become a batched
+    `while` with a select per member, or index pairs per member.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def one(*operands):
+        out = batch_fn(*(x[None] for x in operands))
+        return jax.tree.map(lambda x: x[0], out)
+
+    @one.def_vmap
+    def whole(axis_size, in_batched, *operands):
+        operands = (
+            x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+            for x, b in zip(operands, in_batched, strict=True)
+        )
+        out = batch_fn(*operands)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return one
+
+
 def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
     """(u32[], int32[]): the k-th largest entry of `keys` (u32[N], k <= N), and the
     number of keys at or above it.
@@ -133,22 +160,11 @@ def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
     11 for the indices of `ucb` at N = 100, 1,000 and 10,000, where a search over all
     32 bits takes 16 (docs/benchmarks.md).
 
-    Under `jax.vmap` (`jax.custom_batching.custom_vmap`) the batch is searched at once
-    (`_search_batch`), until every member has settled; a member that has settled
-    repeats its last pass unchanged.
+    Under `jax.vmap` the batch is searched at once (`_search_batch`, `_whole_batch`),
+    until every member has settled; a member that has settled repeats its last pass
+    unchanged.
     """
-
-    @jax.custom_batching.custom_vmap
-    def search(keys):
-        kth, at_or_above = _search_batch(keys[None], k)
-        return kth[0], at_or_above[0]
-
-    @search.def_vmap
-    def search_batch(axis_size, in_batched, keys):
-        del axis_size, in_batched  # `keys` is the only operand: batched.
-        return _search_batch(keys, k), (True, True)
-
-    return search(keys)
+    return _whole_batch(lambda keys: _search_batch(keys, k))(keys)
 
 
 def _search_pass(keys: chex.Array, k: int, state, offsets):
@@ -251,20 +267,8 @@ def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:
 def _random_subset(size: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey, n: int):
     """bool[n]: a uniformly random subset of `take` of the ranks `0, ..., size - 1`
     (`_random_subsets` of one; under `jax.vmap`, of the whole batch at once)."""
-
-    @jax.custom_batching.custom_vmap
-    def subset(size, take, key):
-        return _random_subsets(size[None], take[None], key[None], k, n)[0]
-
-    @subset.def_vmap
-    def subset_batch(axis_size, in_batched, size, take, key):
-        size, take, key = (
-            x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-            for x, b in zip((size, take, key), in_batched, strict=True)
-        )
-        return _random_subsets(size, take, key, k, n), True
-
-    return subset(size, take, key)
+    subsets = lambda size, take, key: _random_subsets(size, take, key, k, n)
+    return _whole_batch(subsets)(size, take, key)
 
 
 # Times a u32 holding four 0/1 bytes, moves byte i's bit to bit 21 + i (no carries).
