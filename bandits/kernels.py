@@ -10,11 +10,13 @@ at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
   counts the keys at or above three thresholds, keeping a quarter of the bracket
   (about 11 passes where a search over all 32 bits takes 16);
 - ties at the k-th place, and uniform subsets, are resolved by Floyd's algorithm
-  (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the tied
-  clients from r random integers (r <= k) instead of one random number per client.
+  (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the ranks
+  of the tied clients from r random integers (r <= k) instead of one random number per
+  client; the tied clients, packed 32 to a word, take their chosen ranks word by word
+  (a bit deposit), so that no client's rank is computed.
 
 The search's counts are its own (`_kth_largest`), and the tie-break takes the number of
-tied clients from the words it ranks them with (`_rank`); the eligible clients of
+tied clients from the words it packs them in (`_choose_by_rank`); the eligible clients of
 `uniform_subset` are counted as bf16 flags summed in f32 (exact below 2^24 clients; XLA's
 CPU code vectorises them better than int32 sums) and in int32 beyond. Tie-breaking
 is skipped when every tied client fits in the cohort; under `jax.vmap` it is skipped
@@ -233,8 +235,9 @@ def _search_batch(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
 
 
 def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:
-    """bool[B, n]: for each b, a uniformly random subset of `take[b]` of the ranks
-    `0, ..., size[b] - 1` (`size`, `take`: int32[B]; `key`: B PRNG keys).
+    """u32[B, n // 32 + 2]: for each b, a uniformly random subset of `take[b]` of the
+    ranks `0, ..., size[b] - 1` (`size`, `take`: int32[B]; `key`: B PRNG keys), rank r
+    as bit r % 32 of word r // 32; the last word stays 0.
 
     Floyd's algorithm: for j = size - take, ..., size - 1, draw t uniform in [0, j] and
     add t, or j when t is already in; every subset of the right size is equally likely.
@@ -242,86 +245,145 @@ def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:
     gives every rank. t is a 32-bit random word modulo j + 1, uniform up to a relative
     bias below n / 2^32.
 
-    The batch is one flat array of B * n flags, so that each step is a single
-    gather and scatter over B flat positions: the per-trial loop under `jax.vmap`
-    builds (trial, rank) index pairs at every step instead.
+    The batch is one flat array of words, so that each step is a single gather and
+    scatter over B flat positions: the per-trial loop under `jax.vmap` builds (trial,
+    word) index pairs at every step instead. A rank is added to its word by adding its
+    bit, which is not yet set.
     """
     batch = size.shape[0]
+    width = n // 32 + 2
     last = size[:, None] - take[:, None] + jnp.arange(k, dtype=jnp.int32)
     span = jnp.maximum(last + 1, 1).astype(jnp.uint32)
     draw = (jax.vmap(lambda kk: jax.random.bits(kk, (k,)))(key) % span).astype(jnp.int32)
-    offset = n * jnp.arange(batch, dtype=jnp.int32)
+    offset = width * jnp.arange(batch, dtype=jnp.int32)
 
     def add(i, chosen):
-        pos = jnp.where(chosen[offset + draw[:, i]], last[:, i], draw[:, i])
+        t = draw[:, i]
+        taken = chosen[offset + (t >> 5)] >> (t & 31).astype(jnp.uint32) & 1
+        pos = jnp.where(taken == 1, last[:, i], t)
         # j < 0 when take > size: those steps add nothing in range, and are dropped.
         keep = (i < take) & (pos >= 0)
-        return chosen.at[jnp.where(keep, offset + pos, batch * n)].set(True, mode="drop")
+        bit = jnp.uint32(1) << (pos & 31).astype(jnp.uint32)
+        return chosen.at[jnp.where(keep, offset + (pos >> 5), batch * width)].add(bit, mode="drop")
 
     # Steps past every member's `take` add nothing: the loop stops at the largest.
     steps = jnp.clip(jnp.max(take), 0, k)
-    chosen = lax.fori_loop(0, steps, add, jnp.zeros((batch * n,), bool))
-    return chosen.reshape(batch, n)
+    chosen = lax.fori_loop(0, steps, add, jnp.zeros((batch * width,), jnp.uint32))
+    return chosen.reshape(batch, width)
 
 
 def _random_subset(size: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey, n: int):
-    """bool[n]: a uniformly random subset of `take` of the ranks `0, ..., size - 1`
-    (`_random_subsets` of one; under `jax.vmap`, of the whole batch at once)."""
+    """u32[n // 32 + 2]: a uniformly random subset of `take` of the ranks `0, ...,
+    size - 1`, as bits (`_random_subsets` of one; under `jax.vmap`, of the whole batch
+    at once)."""
     subsets = lambda size, take, key: _random_subsets(size, take, key, k, n)
     return _whole_batch(subsets)(size, take, key)
 
 
 # Times a u32 holding four 0/1 bytes, moves byte i's bit to bit 21 + i (no carries).
 _GATHER_4_BITS = np.uint32(0x00204081)
+# The bytes of a u32, one mask each.
+_BYTES = np.uint32(0xFF) << (8 * np.arange(4, dtype=np.uint32))
 
 
 def _bit_words(flags: chex.Array) -> chex.Array:
-    """u32[N / 32]: `flags` (bool[N], N a multiple of 32) packed 32 to a word, flag
-    32 w + i as bit i of word w.
+    """u32[ceil(N / 32)]: `flags` (bool[N]) packed 32 to a word, flag 32 w + i as bit
+    i of word w (the last word's missing flags are 0).
 
     Four flags read as the bytes of one u32 are gathered into a nibble by one multiply
-    (byte i times 2^(21 - 7 i); no two partial products overlap), and eight nibbles
-    make a word: 2.3x faster than summing 32 shifted flags (docs/benchmarks.md).
+    (byte i times 2^(21 - 7 i); no two partial products overlap), and the eight
+    nibbles of a word are summed: 2.3x faster than summing 32 shifted flags, and the
+    sum (a reduction) makes XLA store the words rather than recompute them in every
+    consumer (docs/benchmarks.md). The N % 32 flags of a last partial word are summed
+    apart: padding the flags to whole words made the packing five times slower.
     """
-    quads = lax.bitcast_convert_type(flags.astype(jnp.uint8).reshape(-1, 8, 4), jnp.uint32)
-    nibbles = (quads * _GATHER_4_BITS) >> np.uint32(21) & np.uint32(15)
-    words = nibbles[:, 0]
-    for m in range(1, 8):
-        words = words | (nibbles[:, m] << np.uint32(4 * m))
+    n = flags.shape[0]
+    whole = flags[: n - n % 32].astype(jnp.uint8).reshape(-1, 8, 4)
+    nibbles = (lax.bitcast_convert_type(whole, jnp.uint32) * _GATHER_4_BITS) >> 21 & 15
+    words = jnp.sum(nibbles << (4 * jnp.arange(8, dtype=jnp.uint32)), axis=-1, dtype=jnp.uint32)
+    if n % 32:
+        tail = flags[n - n % 32 :].astype(jnp.uint32) << jnp.arange(n % 32, dtype=jnp.uint32)
+        words = jnp.concatenate([words, jnp.sum(tail, keepdims=True, dtype=jnp.uint32)])
     return words
 
 
-def _rank(flags: chex.Array) -> tuple[chex.Array, chex.Array]:
-    """(int32[N], int32[]): the number of True entries of `flags` (bool[N]) before each
-    entry, and in all.
+def _unpack(words: chex.Array, n: int) -> chex.Array:
+    """bool[n]: bit i of word w (`words`, u32[ceil(n / 32)]) as flag 32 w + i."""
+    # The shifts as an iota, not a constant array: XLA's CPU code loads a constant's
+    # entries one by one, and the loop over the flags was left scalar (docs/benchmarks.md).
+    bits = words[:, None] >> jnp.arange(32, dtype=jnp.uint32) & 1
+    return bits.reshape(-1)[:n] == 1
 
-    A prefix count without a scan: flags are packed 32 to a word, each entry counts the
-    bits below it in its word (`population_count`) and adds the counts of the words
-    before (a cumulative sum over N / 32 words). XLA's CPU `cumsum` over N costs about
-    ten times more.
+
+def _deposit(bits: chex.Array, mask: chex.Array) -> chex.Array:
+    """u32: the low bits of `bits` placed, in order, at the set bits of `mask` (both
+    u32 arrays; the x86 PDEP instruction, elementwise).
+
+    The "expand" of Hacker's Delight (Warren, 2nd ed., sec. 7-5): five stages move each
+    bit left by the number of clear bits of `mask` below its place, 16, 8, 4, 2 and 1
+    at a time, each stage's moves found by a parallel prefix over the mask.
     """
-    n = flags.shape[0]
-    bit = jnp.arange(32, dtype=jnp.uint32)
-    words = _bit_words(jnp.pad(flags, (0, -n % 32)))
+    original = mask
+    clear_below = ~mask << 1
+    moves = []
+    for stage in range(5):
+        odd = clear_below ^ (clear_below << 1)
+        for shift in (2, 4, 8, 16):
+            odd = odd ^ (odd << shift)
+        move = odd & mask
+        moves.append(move)
+        mask = (mask ^ move) | (move >> (1 << stage))
+        clear_below = clear_below & ~odd
+    for stage in reversed(range(5)):
+        move = moves[stage]
+        bits = (bits & ~move) | ((bits << (1 << stage)) & move)
+    return bits & original
+
+
+def _choose_by_rank(flags: chex.Array, window: Callable) -> chex.Array:
+    """bool[N]: the True entries of `flags` (bool[N]) whose ranks among them are
+    chosen, the r-th True entry (from 0) being chosen when bit r of a bitmap is set.
+
+    `window(start, size)` gives, for each word of packed flags, the 32 bits of the
+    bitmap from its first rank on (`start`, int32[ceil(N / 32)], the True entries
+    before the word; `size`, int32[], all of them). Each word's window is deposited at
+    its set flags (`_deposit`), so that no rank is computed per entry: the per-entry
+    gather this replaces ran on CPU as a scalar loop. The deposited words are summed
+    over their four bytes: that reduction makes XLA compute them once per word, where
+    fused into the unpacking it would recompute the deposit for each of 32 entries.
+    """
+    words = _bit_words(flags)
     per_word = lax.population_count(words).astype(jnp.int32)
-    through_word = jnp.cumsum(per_word)
-    below = lax.population_count(words[:, None] & ((jnp.uint32(1) << bit) - 1))
-    rank = (through_word - per_word)[:, None] + below.astype(jnp.int32)
-    return rank.reshape(-1)[:n], through_word[-1]
+    through = jnp.cumsum(per_word)
+    chosen = _deposit(window(through - per_word, through[-1]), words)
+    chosen = jnp.sum(chosen[:, None] & _BYTES, axis=-1, dtype=jnp.uint32)
+    return _unpack(chosen, flags.shape[0])
 
 
 def _random_tied(tied: chex.Array, take: Callable, key: chex.PRNGKey, k: int) -> chex.Array:
     """bool[N]: a uniformly random subset of `take(size) <= k` of the `size` `tied`
     clients (Floyd's)."""
-    rank, size = _rank(tied)
-    chosen = _random_subset(size, take(size), k, key, tied.shape[0])
-    return tied & chosen[rank]
+
+    def window(start, size):
+        chosen = _random_subset(size, take(size), k, key, tied.shape[0])
+        first, shift = start >> 5, (start & 31).astype(jnp.uint32)
+        # Bits `start, ..., start + 31` of the bitmap: the high part of one word and
+        # the low part of the next (none when the start is word-aligned).
+        high = jnp.where(shift > 0, chosen[first + 1] << (32 - shift), jnp.uint32(0))
+        return chosen[first] >> shift | high
+
+    return _choose_by_rank(tied, window)
 
 
 def _lowest_tied(tied: chex.Array, take: Callable) -> chex.Array:
     """bool[N]: the `take(size)` tied clients of lowest index, of `size` tied."""
-    rank, size = _rank(tied)
-    return tied & (rank < take(size))
+
+    def window(start, size):
+        # Ranks below take(size): the low take(size) - start bits of each window.
+        width = jnp.clip(take(size) - start, 0, 32).astype(jnp.uint32)
+        return jnp.where(width < 32, (jnp.uint32(1) << width) - 1, jnp.uint32(0xFFFFFFFF))
+
+    return _choose_by_rank(tied, window)
 
 
 def _where_needed(need: chex.Array, full: Callable, short: Callable, *operands) -> chex.Array:

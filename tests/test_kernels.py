@@ -148,28 +148,76 @@ def test_bit_words_packs_flags_least_significant_bit_first():
     flags[[0, 1, 7, 8, 31, 32, 63]] = True
     got = np.asarray(jax.jit(kernels._bit_words)(jnp.asarray(flags)))
     np.testing.assert_array_equal(got, np.array([0x80000183, 0x80000001], np.uint32))
-    # Against NumPy's bit packing, every byte pattern of four flags included.
+    # Against NumPy's bit packing, every byte pattern of four flags included, and a
+    # last partial word of every length.
     rng = np.random.default_rng(5)
-    flags = np.concatenate(
-        [
-            np.unpackbits(np.arange(16, dtype=np.uint8), bitorder="little")
-            .reshape(16, 8)[:, :4]
-            .reshape(-1),
-            rng.random(1024) < 0.3,
-        ]
-    )
-    want = np.packbits(flags, bitorder="little").view("<u4")
-    got = np.asarray(jax.jit(kernels._bit_words)(jnp.asarray(flags)))
+    patterns = np.unpackbits(np.arange(16, dtype=np.uint8), bitorder="little")
+    patterns = patterns.reshape(16, 8)[:, :4].reshape(-1)
+    for n in (1, 5, 31, 32, 33, 64, 100, 1000, 1087):
+        flags = np.concatenate([patterns, rng.random(n) < 0.3])
+        padded = np.pad(flags, (0, -flags.size % 32))
+        want = np.packbits(padded, bitorder="little").view("<u4")
+        got = np.asarray(jax.jit(kernels._bit_words)(jnp.asarray(flags)))
+        np.testing.assert_array_equal(got, want, err_msg=str(n))
+        # Unpacking gives the flags back.
+        back = jax.jit(kernels._unpack, static_argnums=1)(jnp.asarray(got), flags.size)
+        np.testing.assert_array_equal(np.asarray(back), flags, err_msg=str(n))
+
+
+def test_deposit_places_bits_at_the_set_bits_of_the_mask():
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2**32, 3000, dtype=np.uint64).astype(np.uint32)
+    mask = rng.integers(0, 2**32, 3000, dtype=np.uint64).astype(np.uint32)
+    mask[:100] = 0
+    mask[100:200] = 0xFFFFFFFF
+    mask[200:232] = np.uint32(1) << np.arange(32, dtype=np.uint32)
+    mask[232:264] = np.uint32(0x80000000) >> np.arange(32, dtype=np.uint32)
+    mask[264:800] &= rng.integers(0, 2**32, 536, dtype=np.uint64).astype(np.uint32)
+    mask[800:1300] |= rng.integers(0, 2**32, 500, dtype=np.uint64).astype(np.uint32)
+
+    def deposit(x, m):
+        out, j = 0, 0
+        for i in range(32):
+            if m >> i & 1:
+                out |= (x >> j & 1) << i
+                j += 1
+        return out
+
+    want = np.array([deposit(int(x), int(m)) for x, m in zip(bits, mask, strict=True)], np.uint32)
+    got = np.asarray(jax.jit(kernels._deposit)(jnp.asarray(bits), jnp.asarray(mask)))
     np.testing.assert_array_equal(got, want)
 
 
-def test_rank_counts_the_true_entries_before_each_one():
-    rng = np.random.default_rng(3)
-    for n in (1, 5, 31, 32, 33, 100, 1000):
-        flags = rng.random(n) < rng.random()
-        rank, size = jax.jit(kernels._rank)(jnp.asarray(flags))
-        np.testing.assert_array_equal(np.asarray(rank), np.cumsum(flags) - flags)
-        assert int(size) == int(np.sum(flags))
+@pytest.mark.parametrize("n", [7, 32, 100, 1000])
+def test_random_tied_chooses_the_tied_clients_of_the_subset_ranks(n):
+    """The tied client of rank r (r tied clients before it) is chosen iff Floyd's
+    subset holds r: the per-word deposit against a plain loop over the clients."""
+    rng = np.random.default_rng(n)
+    batch, k = 16, max(1, n // 4)
+    tied = rng.random((batch, n)) < rng.random((batch, 1))
+    tied[0] = True
+    tied[1] = False
+    take = np.minimum(tied.sum(1), rng.integers(0, k + 1, batch)).astype(np.int32)
+    keys = jax.random.split(jax.random.PRNGKey(n), batch)
+
+    def chosen(t, size_take, key):
+        return kernels._random_tied(t, lambda size: size_take, key, k)
+
+    got = np.asarray(jax.jit(jax.vmap(chosen))(tied, take, keys))
+    for b in range(batch):
+        size = int(tied[b].sum())
+        subset = jax.jit(kernels._random_subset, static_argnums=(2, 4))(
+            jnp.int32(size), jnp.int32(take[b]), k, keys[b], n
+        )
+        ranks = np.unpackbits(np.asarray(subset).view(np.uint8), bitorder="little")
+        assert ranks.sum() == take[b] and not ranks[size:].any()
+        want = np.zeros(n, bool)
+        rank = 0
+        for i in range(n):
+            if tied[b, i]:
+                want[i] = ranks[rank] == 1
+                rank += 1
+        np.testing.assert_array_equal(got[b], want, err_msg=str(b))
 
 
 def test_top_k_mask_equals_lax_top_k():
