@@ -292,10 +292,10 @@ def _bit_words(flags: chex.Array) -> chex.Array:
 
     Four flags read as the bytes of one u32 are gathered into a nibble by one multiply
     (byte i times 2^(21 - 7 i); no two partial products overlap), and the eight
-    nibbles of a word are summed: 2.3x faster than summing 32 shifted flags, and the
-    sum (a reduction) makes XLA store the words rather than recompute them in every
+    nibbles of a word are summed: about twice as fast as summing 32 shifted flags, and
+    the sum (a reduction) makes XLA store the words rather than recompute them in every
     consumer (docs/benchmarks.md). The N % 32 flags of a last partial word are summed
-    apart: padding the flags to whole words made the packing five times slower.
+    apart: padding the flags to whole words made the packing 4 to 5 times slower.
     """
     n = flags.shape[0]
     whole = flags[: n - n % 32].astype(jnp.uint8).reshape(-1, 8, 4)
