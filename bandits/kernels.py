@@ -17,8 +17,7 @@ at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
 
 The search's counts are its own (`_kth_largest`), and the tie-break takes the number of
 tied clients from the words it packs them in (`_choose_by_rank`); the eligible clients of
-`uniform_subset` are counted as bf16 flags summed in f32 (exact below 2^24 clients; XLA's
-CPU code vectorises them better than int32 sums) and in int32 beyond. Tie-breaking
+`uniform_subset` are counted by `count_true`. Tie-breaking
 is skipped when every tied client fits in the cohort; under `jax.vmap` it is skipped
 when that holds for every member of the batch (`_where_needed`).
 """
@@ -50,8 +49,12 @@ def _order_key(scores: chex.Array, mask: chex.Array) -> chex.Array:
     return jnp.where(mask, jnp.maximum(ordered, jnp.uint32(1)), jnp.uint32(0))
 
 
-def _count(flags: chex.Array) -> chex.Array:
-    """int32[], the number of True entries of `flags` (bool[N])."""
+def count_true(flags: chex.Array) -> chex.Array:
+    """int32[], the number of True entries of `flags` (bool[N]), exactly.
+
+    Below 2^24 entries the flags are summed as bf16 in f32: XLA's CPU code vectorises
+    that better than an int32 sum, and a bf16 copy of the flags is half an f32 one.
+    """
     if flags.shape[-1] < 2**24:
         return jnp.sum(flags.astype(jnp.bfloat16), dtype=jnp.float32).astype(jnp.int32)
     return jnp.sum(flags, dtype=jnp.int32)
@@ -449,7 +452,7 @@ def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
     """
     full = lambda mask, key: _random_tied(mask, lambda size: jnp.minimum(size, k), key, k)
     short = lambda mask, key: mask
-    return _where_needed(_count(mask) > k, full, short, mask, key)
+    return _where_needed(count_true(mask) > k, full, short, mask, key)
 
 
 def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:

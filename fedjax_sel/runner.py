@@ -39,6 +39,7 @@ from absl import logging
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from bandits.kernels import count_true
 from fedjax_sel import validation
 from fedjax_sel.results import Results
 from fedjax_sel.types import Decision, Env, Selector
@@ -254,9 +255,9 @@ def _build_program(
             tot.latency,
             stats.num_failed,
             tot.failed,
-            # Exact below 2^24 clients, like a sum of the f32 selection, and cheaper: the
+            # Exact, like a sum of the f32 selection below 2^24 clients, and cheaper: the
             # copy that XLA writes for YNNPACK's sum is half the size (docs/benchmarks.md).
-            jnp.sum(decision.selected.astype(jnp.bfloat16), dtype=jnp.float32),
+            count_true(decision.selected),
             jain_index(tot.counts),
         ]
         values += [getattr(stats, name) for name in names]
