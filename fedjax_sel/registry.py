@@ -1,0 +1,90 @@
+"""Registries of factories by name: what `--policies` and `--env` accept.
+
+Every factory of a registry is called as `factory(num_clients, num_selected, **kwargs)`.
+`Registry.register` checks that contract when an entry is added (a wrong signature fails
+on import, not in a user's sweep), and `Registry.make` checks a call's keyword arguments
+against the factory's signature before calling it, so that a misspelt hyper-parameter is
+a `ValueError` naming the entry and its parameters, while an error raised inside a
+factory keeps its own traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+
+class Registry(Mapping):
+    """A checked mapping from names to factories `(num_clients, num_selected, **kw)`.
+
+    Args:
+      kind: what the entries are ("policy", "environment"), for messages.
+    """
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._factories: dict[str, Callable[..., Any]] = {}
+
+    def register(self, name: str, factory: Callable[..., Any], **fixed: Any) -> None:
+        """Adds `factory` under `name`, with keyword arguments `fixed` bound (a variant).
+
+        Raises:
+          ValueError: `name` is taken or not an identifier, or `factory` (with `fixed`
+            bound) cannot be called as `factory(num_clients, num_selected)`.
+        """
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{self.kind} name must be an identifier, got {name!r}.")
+        if name in self._factories:
+            raise ValueError(f"{self.kind} {name!r} is registered already.")
+        if not callable(factory):
+            raise ValueError(f"{self.kind} {name!r}: factory must be callable, got {factory!r}.")
+        if fixed:
+            factory = functools.partial(factory, **fixed)
+        try:
+            inspect.signature(factory).bind(1, 1)
+        except TypeError as e:
+            raise ValueError(
+                f"{self.kind} {name!r}: the factory must accept (num_clients, num_selected, "
+                f"**kwargs): {e}"
+            ) from None
+        self._factories[name] = factory
+
+    def parameters(self, name: str) -> list[str]:
+        """The keyword arguments that entry `name` accepts, beyond the two sizes."""
+        params = list(inspect.signature(self[name]).parameters.values())[2:]
+        return [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+    def make(self, name: str, num_clients: int, num_selected: int, **kwargs: Any) -> Any:
+        """Builds entry `name` as `factory(num_clients, num_selected, **kwargs)`.
+
+        Raises:
+          ValueError: `name` is unknown, or `kwargs` holds an argument the entry does
+            not take (checked before the factory runs).
+        """
+        factory = self[name]
+        try:
+            inspect.signature(factory).bind(num_clients, num_selected, **kwargs)
+        except TypeError as e:
+            raise ValueError(
+                f"{self.kind} {name!r} takes {', '.join(self.parameters(name)) or 'no options'}; "
+                f"{e}"
+            ) from None
+        return factory(num_clients, num_selected, **kwargs)
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        if name not in self._factories:
+            raise ValueError(
+                f"unknown {self.kind} {name!r}; choose from {', '.join(sorted(self))}."
+            )
+        return self._factories[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._factories)
+
+    def __len__(self) -> int:
+        return len(self._factories)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._factories
