@@ -102,25 +102,30 @@ def _runs():
     }
 
 
+def _ops_at(n, k):
+    """The selection ops at N = n, cohort k, on fixed random inputs batched over 8 rows."""
+    kd, km, kk = jax.random.split(jax.random.PRNGKey(n), 3)
+    # Scores on a coarse grid, so that ties at the k-th place are common.
+    scores = jax.random.randint(kd, (8, n), 0, 7).astype(np.float32)
+    mask = jax.random.uniform(km, (8, n)) < 0.9
+    keys = jax.random.split(kk, 8)
+    return {
+        f"masked_top_k/{n}": jax.vmap(lambda s, m, r: ops.masked_top_k(s, m, k, r))(
+            scores, mask, keys
+        ),
+        f"top_k_mask/{n}": jax.vmap(lambda s, m: ops.top_k_mask(s, m, k))(scores, mask),
+        f"uniform_subset/{n}": jax.vmap(lambda m, r: ops.uniform_subset(m, k, r))(mask, keys),
+        f"gumbel_top_k/{n}": jax.vmap(lambda s, m, r: ops.gumbel_top_k(s, m, k, r))(
+            scores, mask, keys
+        ),
+        f"masked_top_k_one/{n}": ops.masked_top_k(scores[0], mask[0], k, keys[0]),
+    }
+
+
 def _kernel_outputs():
-    """The selection ops on fixed random inputs, batched over 8 rows."""
     out = {}
     for n, k in [(37, 5), (100, 10), (1000, 100), (1500, 150)]:
-        key = jax.random.PRNGKey(n)
-        kd, km, kk = jax.random.split(key, 3)
-        # Scores on a coarse grid, so that ties at the k-th place are common.
-        scores = jax.random.randint(kd, (8, n), 0, 7).astype(np.float32)
-        mask = jax.random.uniform(km, (8, n)) < 0.9
-        keys = jax.random.split(kk, 8)
-        out[f"masked_top_k/{n}"] = jax.vmap(lambda s, m, r: ops.masked_top_k(s, m, k, r))(
-            scores, mask, keys
-        )
-        out[f"top_k_mask/{n}"] = jax.vmap(lambda s, m: ops.top_k_mask(s, m, k))(scores, mask)
-        out[f"uniform_subset/{n}"] = jax.vmap(lambda m, r: ops.uniform_subset(m, k, r))(mask, keys)
-        out[f"gumbel_top_k/{n}"] = jax.vmap(lambda s, m, r: ops.gumbel_top_k(s, m, k, r))(
-            scores, mask, keys
-        )
-        out[f"masked_top_k_one/{n}"] = ops.masked_top_k(scores[0], mask[0], k, keys[0])
+        out.update(_ops_at(n, k))
     return {name: np.asarray(x) for name, x in out.items()}
 
 
