@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bandits import arm_stats, kernels
+from bandits import arm_stats
 from bandits.ucb import ucb
-from fedjax_sel import validation
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
@@ -105,7 +105,7 @@ def cs_ucb(num_clients: int, num_selected: int) -> Selector:
     def select(state, inp, key):
         row = state.schedule[jnp.clip(inp.t - 1, 0, kappa - 1)]
         initial = jnp.zeros((k_all,), bool).at[row].set(True)
-        learned = kernels.masked_top_k(_index(state.stats, inp.t, n_sel), inp.available, n_sel, key)
+        learned = ops.masked_top_k(_index(state.stats, inp.t, n_sel), inp.available, n_sel, key)
         chosen = jnp.where(inp.t <= kappa, initial & inp.available, learned)
         return Decision(chosen), state
 
@@ -195,7 +195,7 @@ def cs_ucb_q(
         grown = jnp.maximum(state.queue + c - state.previous.astype(jnp.float32), 0.0)
         queue = jnp.where(inp.t >= first_update, grown, state.queue)
         score = (1.0 - weight) * (y_hat - 1.0) + weight * queue
-        chosen = kernels.masked_top_k(score, inp.available, n_sel, key)
+        chosen = ops.masked_top_k(score, inp.available, n_sel, key)
         return Decision(chosen), CSUCBQState(state.stats, queue, chosen)
 
     def update(state, decision, feedback):
