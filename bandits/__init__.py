@@ -4,7 +4,6 @@
 **hyperparameters)`; launch scripts build policies by name through `make`.
 """
 
-from bandits import kernels
 from bandits.baselines import fixed, group_round_robin, oracle, random, round_robin
 from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.dfl_ccmab import dfl_ccmab
@@ -52,7 +51,6 @@ __all__ = [
     "fedcs",
     "fixed",
     "group_round_robin",
-    "kernels",
     "local_accuracy",
     "lower_confidence_bound",
     "make",

@@ -8,8 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bandits import kernels
-from fedjax_sel import validation
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
@@ -38,7 +37,7 @@ def random(num_clients: int, num_selected: int) -> Selector:
       num_selected: cohort size k, 1 <= k <= N.
     """
     k = validation.num_selected(num_selected, validation.positive_int("num_clients", num_clients))
-    return _stateless(lambda inp, key: Decision(kernels.uniform_subset(inp.available, k, key)))
+    return _stateless(lambda inp, key: Decision(ops.uniform_subset(inp.available, k, key)))
 
 
 def round_robin(num_clients: int, num_selected: int) -> Selector:

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bandits import arm_stats, kernels
+from bandits import arm_stats
 from bandits.ucb import ucb
-from fedjax_sel import validation
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
@@ -105,7 +105,7 @@ def cs_ucb(num_clients: int, num_selected: int) -> Selector:
     def select(state, inp, key):
         row = state.schedule[jnp.clip(inp.t - 1, 0, kappa - 1)]
         initial = jnp.zeros((k_all,), bool).at[row].set(True)
-        learned = kernels.masked_top_k(_index(state.stats, inp.t, n_sel), inp.available, n_sel, key)
+        learned = ops.masked_top_k(_index(state.stats, inp.t, n_sel), inp.available, n_sel, key)
         chosen = jnp.where(inp.t <= kappa, initial & inp.available, learned)
         return Decision(chosen), state
 
@@ -132,56 +132,6 @@ def modified_cs_ucb(num_clients: int, num_selected: int) -> Selector:
     k_all = validation.positive_int("num_clients", num_clients)
     n_sel = validation.num_selected(num_selected, k_all)
     return ucb(k_all, n_sel, exploration=float(n_sel + 1))
-
-
-def expected_schedulable(num_selected: int, availability) -> float:
-    """E[min{N, |A(t)|}] for independent Bernoulli(alpha_k) availability (exact, f64).
-
-    Args:
-      num_selected: N.
-      availability: f64[K], alpha_k.
-    """
-    alpha = np.asarray(availability, np.float64)
-    # Distribution of |A(t)|, a Poisson binomial, by convolution over the clients.
-    dist = np.ones(1)
-    for a in alpha:
-        dist = np.convolve(dist, [1.0 - a, a])
-    return float(np.minimum(np.arange(dist.size), num_selected) @ dist)
-
-
-def check_fairness(fairness, num_selected: int, availability) -> np.ndarray:
-    """Validates fairness targets c (eq. 6) against what any policy can schedule.
-
-    Necessary conditions for feasibility: 0 <= c_k < 1, c_k <= alpha_k (a client is
-    selected only when available) and sum_k c_k <= E[min{N, |A(t)|}] (the expected
-    number of clients a round can schedule, eq. 10).
-
-    Args:
-      fairness: f32[K], c_k.
-      num_selected: N.
-      availability: f32[K], alpha_k.
-
-    Returns:
-      f64[K], the targets.
-    """
-    alpha = np.asarray(availability, np.float64)
-    c = validation.array_in_range("fairness", fairness, alpha.shape, 0.0, 1.0).astype(np.float64)
-    if np.any(c >= 1.0):
-        raise ValueError(f"fairness targets c_k must lie in [0, 1), got {c.tolist()}.")
-    above = np.nonzero(c > alpha + 1e-6)[0]
-    if above.size:
-        k = int(above[0])
-        raise ValueError(
-            f"fairness target c_{k} = {c[k]:g} exceeds the availability alpha_{k} = "
-            f"{alpha[k]:g} of client {k}: infeasible (c_k <= alpha_k is required)."
-        )
-    capacity = expected_schedulable(num_selected, alpha)
-    if c.sum() > capacity + 1e-6:
-        raise ValueError(
-            f"fairness targets sum to {c.sum():g}, above the expected number of schedulable "
-            f"clients E[min(N, |A|)] = {capacity:g}: infeasible."
-        )
-    return c
 
 
 def cs_ucb_q(
@@ -228,7 +178,7 @@ def cs_ucb_q(
     c_arr = np.asarray(fairness, np.float64)
     if c_arr.ndim == 0:
         c_arr = np.full((k_all,), float(c_arr))
-    c = jnp.asarray(check_fairness(c_arr, n_sel, alpha), jnp.float32)
+    c = jnp.asarray(validation.check_fairness(c_arr, n_sel, alpha), jnp.float32)
     first_update = 1 if queue_from_first_round else 2
 
     def init(key):
@@ -245,7 +195,7 @@ def cs_ucb_q(
         grown = jnp.maximum(state.queue + c - state.previous.astype(jnp.float32), 0.0)
         queue = jnp.where(inp.t >= first_update, grown, state.queue)
         score = (1.0 - weight) * (y_hat - 1.0) + weight * queue
-        chosen = kernels.masked_top_k(score, inp.available, n_sel, key)
+        chosen = ops.masked_top_k(score, inp.available, n_sel, key)
         return Decision(chosen), CSUCBQState(state.stats, queue, chosen)
 
     def update(state, decision, feedback):

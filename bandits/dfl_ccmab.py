@@ -46,8 +46,7 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
-from bandits import kernels
-from fedjax_sel import validation
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
@@ -178,7 +177,7 @@ def dfl_ccmab(
         # Under-explored clients tie at +inf: all of them when they fit, else N at random;
         # free slots go to the smallest estimated delays, solving (17).
         score = jnp.where(under, jnp.inf, -estimate)
-        selected = kernels.grouped_masked_top_k(score, inp.available, n, key, s)
+        selected = ops.grouped_masked_top_k(score, inp.available, n, key, s)
         exploring = jnp.any(under.reshape(s, k_cell), axis=1)
         state = state._replace(
             grid_cell=cell,

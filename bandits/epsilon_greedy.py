@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from bandits import arm_stats, kernels
-from fedjax_sel import validation
+from bandits import arm_stats
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
@@ -36,8 +36,8 @@ def epsilon_greedy(num_clients: int, num_selected: int, epsilon: float = 0.1) ->
     def select(state, inp, key):
         coin_key, explore_key, exploit_key = jax.random.split(key, 3)
         score = jnp.where(state.counts > 0, arm_stats.means(state), jnp.inf)
-        exploit = kernels.masked_top_k(score, inp.available, k, exploit_key)
-        explore = kernels.uniform_subset(inp.available, k, explore_key)
+        exploit = ops.masked_top_k(score, inp.available, k, exploit_key)
+        explore = ops.uniform_subset(inp.available, k, explore_key)
         selected = jnp.where(jax.random.uniform(coin_key) < eps, explore, exploit)
         return Decision(selected), state
 

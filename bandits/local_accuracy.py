@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from bandits import kernels
-from fedjax_sel import validation
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
@@ -37,7 +36,7 @@ def local_accuracy(num_clients: int, num_selected: int) -> Selector:
                 "environment with observe_local_accuracy=True."
             )
         scores = -inp.info["local_accuracy"]
-        return Decision(kernels.masked_top_k(scores, inp.available, k, key)), state
+        return Decision(ops.masked_top_k(scores, inp.available, k, key)), state
 
     def update(state, decision, feedback):
         del decision, feedback

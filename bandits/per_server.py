@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bandits import arm_stats, kernels
-from fedjax_sel import validation
+from bandits import arm_stats
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
@@ -41,7 +41,7 @@ def per_server_random(num_clients: int, num_selected: int, num_servers: int = 3)
         return ()
 
     def select(state, inp, key):
-        selected = kernels.grouped_uniform_subset(inp.available, n, key, s)
+        selected = ops.grouped_uniform_subset(inp.available, n, key, s)
         return Decision(selected=selected, assignment=jnp.where(selected, server, -1)), state
 
     def update(state, decision, feedback):
@@ -83,8 +83,8 @@ def per_server_epsilon_greedy(
     def select(state, inp, key):
         coin_key, explore_key, exploit_key = jax.random.split(key, 3)
         score = jnp.where(state.counts > 0, arm_stats.means(state), jnp.inf)
-        exploit = kernels.grouped_masked_top_k(score, inp.available, n, exploit_key, s)
-        explore = kernels.grouped_uniform_subset(inp.available, n, explore_key, s)
+        exploit = ops.grouped_masked_top_k(score, inp.available, n, exploit_key, s)
+        explore = ops.grouped_uniform_subset(inp.available, n, explore_key, s)
         explores = (jax.random.uniform(coin_key, (s,)) < eps)[server]
         selected = jnp.where(explores, explore, exploit)
         return Decision(selected=selected, assignment=jnp.where(selected, server, -1)), state

@@ -32,8 +32,7 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
-from bandits import kernels
-from fedjax_sel import validation
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 EXPLORATION_SCHEDULES = ("constant", "theory")
@@ -83,7 +82,7 @@ def rbcs_f(
               - \alpha_t \|c_{t,n}\|_{H_{t-1,n}^{-1}},\ 0\}     \quad \text{(eqs. 18-19)}
 
     then the exact solution of P4 (Algorithm 1, in the prefix form of
-    `kernels.prefix_max_cost_top_k`); ties in :math:`Z` are broken at random, which at
+    `ops.prefix_max_cost_top_k`); ties in :math:`Z` are broken at random, which at
     round 1 (all queues 0, all bounds 0) makes the first cohorts uniform. After the round
     (lines 13-17) the selected clients' observed times update
     :math:`H \mathrel{+}= c c^\top` (kept as :math:`H^{-1}`, by Sherman-Morrison) and
@@ -172,9 +171,7 @@ def rbcs_f(
         else:
             bound = lower_confidence_bound(state, c, exploration_at(inp.t), clip_at_zero)
         priority = state.queue if fairness else jnp.zeros_like(state.queue)
-        selected = kernels.prefix_max_cost_top_k(
-            bound, priority, inp.available, m, jnp.float32(v), key
-        )
+        selected = ops.prefix_max_cost_top_k(bound, priority, inp.available, m, jnp.float32(v), key)
         return Decision(selected), state._replace(context=c)
 
     def update(state, decision, feedback):
@@ -183,7 +180,7 @@ def rbcs_f(
         c = state.context
         tau = jnp.where(seen, feedback.latency, 0.0)
         return RBCSFState(
-            inverse=kernels.sherman_morrison_update(state.inverse, c, seen),
+            inverse=ops.sherman_morrison_update(state.inverse, c, seen),
             moment=state.moment + tau[:, None] * c,
             queue=jnp.maximum(state.queue + beta - x.astype(jnp.float32), 0.0),
             context=c,
@@ -239,7 +236,7 @@ def fedcs(
         expected = jnp.sum(_checked_context(inp.context, n, d) * theta, axis=1)
         qualified = inp.available & (expected < deadline)
         if cap_at_num_selected:
-            qualified = kernels.top_k_mask(-expected, qualified, m)
+            qualified = ops.top_k_mask(-expected, qualified, m)
         return Decision(qualified), state
 
     def update(state, decision, feedback):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from bandits import arm_stats, kernels
-from fedjax_sel import validation
+from bandits import arm_stats
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 PRIORS = ("beta", "gaussian")
@@ -59,7 +59,7 @@ def thompson(
     def select(state, inp, key):
         sample_key, tie_key = jax.random.split(key)
         theta = sample(state, sample_key)
-        return Decision(kernels.masked_top_k(theta, inp.available, k, tie_key)), state
+        return Decision(ops.masked_top_k(theta, inp.available, k, tie_key)), state
 
     def update(state, decision, feedback):
         del decision

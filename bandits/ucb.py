@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from bandits import arm_stats, kernels
-from fedjax_sel import validation
+from bandits import arm_stats
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
@@ -40,7 +40,7 @@ def ucb(num_clients: int, num_selected: int, exploration: float = 1.5) -> Select
         t = jnp.maximum(inp.t, 1).astype(jnp.float32)
         bonus = jnp.sqrt(alpha * jnp.log(t) / jnp.maximum(state.counts, 1.0))
         index = jnp.where(state.counts > 0, arm_stats.means(state) + bonus, jnp.inf)
-        return Decision(kernels.masked_top_k(index, inp.available, k, key)), state
+        return Decision(ops.masked_top_k(index, inp.available, k, key)), state
 
     def update(state, decision, feedback):
         del decision

@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import optimize
 
-from bandits.cs_ucb import check_fairness
 from fedjax_sel import validation
 
 # Largest K solved by enumeration: 2^K patterns times C(K, N) cohorts.
@@ -43,7 +42,7 @@ def _check(means, fairness, num_selected, availability):
     alpha = validation.probabilities("availability", availability, k_all).astype(np.float64)
     c = np.asarray(fairness, np.float64)
     c = np.full((k_all,), float(c)) if c.ndim == 0 else c
-    return mu, n_sel, alpha, check_fairness(c, n_sel, alpha)
+    return mu, n_sel, alpha, validation.check_fairness(c, n_sel, alpha)
 
 
 def optimal_fair_value(means, fairness, num_selected: int, availability) -> float:

@@ -39,8 +39,8 @@ from absl import logging
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bandits.kernels import count_true
 from fedjax_sel import validation
+from fedjax_sel.ops import count_true
 from fedjax_sel.results import Results
 from fedjax_sel.types import Decision, Env, Selector
 

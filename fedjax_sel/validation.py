@@ -95,3 +95,53 @@ def choice(name: str, value, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}.")
     return value
+
+
+def expected_schedulable(num_selected: int, availability) -> float:
+    """E[min{N, |A(t)|}] for independent Bernoulli(alpha_k) availability (exact, f64).
+
+    Args:
+      num_selected: N.
+      availability: f64[K], alpha_k.
+    """
+    alpha = np.asarray(availability, np.float64)
+    # Distribution of |A(t)|, a Poisson binomial, by convolution over the clients.
+    dist = np.ones(1)
+    for a in alpha:
+        dist = np.convolve(dist, [1.0 - a, a])
+    return float(np.minimum(np.arange(dist.size), num_selected) @ dist)
+
+
+def check_fairness(fairness, num_selected: int, availability) -> np.ndarray:
+    """Validates fairness targets c (eq. 6) against what any policy can schedule.
+
+    Necessary conditions for feasibility: 0 <= c_k < 1, c_k <= alpha_k (a client is
+    selected only when available) and sum_k c_k <= E[min{N, |A(t)|}] (the expected
+    number of clients a round can schedule, eq. 10).
+
+    Args:
+      fairness: f32[K], c_k.
+      num_selected: N.
+      availability: f32[K], alpha_k.
+
+    Returns:
+      f64[K], the targets.
+    """
+    alpha = np.asarray(availability, np.float64)
+    c = array_in_range("fairness", fairness, alpha.shape, 0.0, 1.0).astype(np.float64)
+    if np.any(c >= 1.0):
+        raise ValueError(f"fairness targets c_k must lie in [0, 1), got {c.tolist()}.")
+    above = np.nonzero(c > alpha + 1e-6)[0]
+    if above.size:
+        k = int(above[0])
+        raise ValueError(
+            f"fairness target c_{k} = {c[k]:g} exceeds the availability alpha_{k} = "
+            f"{alpha[k]:g} of client {k}: infeasible (c_k <= alpha_k is required)."
+        )
+    capacity = expected_schedulable(num_selected, alpha)
+    if c.sum() > capacity + 1e-6:
+        raise ValueError(
+            f"fairness targets sum to {c.sum():g}, above the expected number of schedulable "
+            f"clients E[min(N, |A|)] = {capacity:g}: infeasible."
+        )
+    return c

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from bandits.kernels import uniform_subset
 from fedjax_sel import data, fl
+from fedjax_sel.ops import uniform_subset
 
 
 def benchmark(

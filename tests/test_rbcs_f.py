@@ -11,8 +11,7 @@ import pytest
 
 import bandits
 import fedjax_sel
-from bandits import kernels
-from fedjax_sel import envs
+from fedjax_sel import envs, ops
 
 N, M, BETA = 40, 8, 0.15
 
@@ -83,7 +82,7 @@ def _instances(rng, count, n, grid):
 
 
 _solve = jax.jit(
-    jax.vmap(kernels.prefix_max_cost_top_k, in_axes=(0, 0, 0, None, 0, 0)), static_argnums=3
+    jax.vmap(ops.prefix_max_cost_top_k, in_axes=(0, 0, 0, None, 0, 0)), static_argnums=3
 )
 
 
@@ -151,9 +150,9 @@ def test_prefix_form_breaks_value_ties_uniformly():
     mask = jnp.array([True, True, False, True, True, False, True, False])
     keys = jax.random.split(jax.random.PRNGKey(11), draws)
     zeros = jnp.zeros((n,))
-    sel = jax.jit(
-        jax.vmap(lambda key: kernels.prefix_max_cost_top_k(zeros, zeros, mask, k, 1.0, key))
-    )(keys)
+    sel = jax.jit(jax.vmap(lambda key: ops.prefix_max_cost_top_k(zeros, zeros, mask, k, 1.0, key)))(
+        keys
+    )
     freq = np.asarray(sel).mean(0)
     np.testing.assert_array_equal(freq[~np.asarray(mask)], 0.0)
     sd = np.sqrt(0.6 * 0.4 / draws)
@@ -169,7 +168,7 @@ def test_sherman_morrison_equals_direct_inverse():
     n, d, steps = 6, 3, 150
     gram = np.broadcast_to(np.eye(d), (n, d, d)).copy()
     inverse = jnp.asarray(gram, jnp.float32)
-    update = jax.jit(kernels.sherman_morrison_update)
+    update = jax.jit(ops.sherman_morrison_update)
     for _ in range(steps):
         c = rng.uniform([0.5, 0.0, 5.0], [2.0, 1.0, 10.0], (n, d))
         c[:, 1] = rng.integers(0, 2, n)

@@ -57,8 +57,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bandits.kernels import grouped_top_k_mask
 from fedjax_sel import validation
+from fedjax_sel.ops import grouped_top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
 NOISE_MODES = ("psd_times_bandwidth", "literal")

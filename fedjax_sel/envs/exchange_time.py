@@ -42,8 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bandits.kernels import top_k_mask
 from fedjax_sel import validation
+from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
 CONTEXT_DIM = 3

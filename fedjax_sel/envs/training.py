@@ -46,12 +46,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bandits.kernels import top_k_mask
 from fedjax_sel import validation
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.fl import aggregate
 from fedjax_sel.fl.client import local_sgd
 from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
+from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 from models.base import Model
 

@@ -1,4 +1,49 @@
-"""Selection ops (placeholder re-export while the package is built)."""
+"""Selection ops: the fixed-shape building blocks of every policy and oracle.
 
-from bandits.kernels import *  # noqa: F403
-from bandits.kernels import count_true, gumbel_top_k, masked_top_k, top_k_mask, uniform_subset  # noqa: F401
+Depends on jax and numpy only. Each op acts on one trial's arrays (`f32[N]`); `jax.vmap`
+adds trial or edge-server axes.
+
+- `masked_top_k`, `uniform_subset`, `gumbel_top_k`, `top_k_mask`, `count_true`
+  (`selection`): each defined portably in a few lines (`selection.portable_*`), and run
+  by a sort-free backend on CPU (`_xla_cpu`), chosen by platform when the program is
+  lowered. The cohort size k is a Python int or a traced int32[].
+- `grouped_masked_top_k`, `grouped_uniform_subset`, `grouped_top_k_mask`: k per equal
+  contiguous group; `budgeted_top_k`, `grouped_budgeted_top_k`: clients in score order
+  within a budget, per group (`grouped`).
+- `sherman_morrison_update` (`linalg`), `prefix_max_cost_top_k` (`latency`),
+  `order_key` (`order`: the f32 total order as u32 that every op ranks by).
+"""
+
+from fedjax_sel.ops.grouped import (
+    budgeted_top_k,
+    grouped_budgeted_top_k,
+    grouped_masked_top_k,
+    grouped_top_k_mask,
+    grouped_uniform_subset,
+)
+from fedjax_sel.ops.latency import prefix_max_cost_top_k
+from fedjax_sel.ops.linalg import sherman_morrison_update
+from fedjax_sel.ops.order import order_key
+from fedjax_sel.ops.selection import (
+    count_true,
+    gumbel_top_k,
+    masked_top_k,
+    top_k_mask,
+    uniform_subset,
+)
+
+__all__ = [
+    "budgeted_top_k",
+    "count_true",
+    "grouped_budgeted_top_k",
+    "grouped_masked_top_k",
+    "grouped_top_k_mask",
+    "grouped_uniform_subset",
+    "gumbel_top_k",
+    "masked_top_k",
+    "order_key",
+    "prefix_max_cost_top_k",
+    "sherman_morrison_update",
+    "top_k_mask",
+    "uniform_subset",
+]

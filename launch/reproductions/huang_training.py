@@ -49,10 +49,10 @@ import numpy as np
 
 import bandits
 import models
-from bandits.kernels import gumbel_top_k
 from fedjax_sel import data, envs, fl, validation
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.data.sources import TFDS_DATASETS
+from fedjax_sel.ops import gumbel_top_k
 from fedjax_sel.results import Results
 from fedjax_sel.types import Decision, Env, Selector
 from launch.reproductions import Figure, Options

@@ -1,13 +1,13 @@
-"""Per-group (per edge server) selection kernels against a plain loop over groups."""
+"""Per-group (per edge server) selection ops against a plain loop over groups."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bandits import kernels
+from fedjax_sel import ops
 
 
-def test_grouped_kernels_equal_a_loop_over_groups():
+def test_grouped_ops_equal_a_loop_over_groups():
     num_groups, size, k = 3, 5, 2
     key = jax.random.PRNGKey(7)
     scores = jax.random.normal(jax.random.PRNGKey(0), (num_groups * size,))
@@ -17,16 +17,14 @@ def test_grouped_kernels_equal_a_loop_over_groups():
     blocks = lambda x: x.reshape(num_groups, size)
     s, m = blocks(scores), blocks(mask)
     groups = range(num_groups)
-    loop_top = np.concatenate([kernels.masked_top_k(s[g], m[g], k, keys[g]) for g in groups])
-    loop_sub = np.concatenate([kernels.uniform_subset(m[g], k, keys[g]) for g in groups])
-    loop_det = np.concatenate([kernels.top_k_mask(s[g], m[g], k) for g in groups])
+    loop_top = np.concatenate([ops.masked_top_k(s[g], m[g], k, keys[g]) for g in groups])
+    loop_sub = np.concatenate([ops.uniform_subset(m[g], k, keys[g]) for g in groups])
+    loop_det = np.concatenate([ops.top_k_mask(s[g], m[g], k) for g in groups])
     np.testing.assert_array_equal(
-        kernels.grouped_masked_top_k(scores, mask, k, key, num_groups), loop_top
+        ops.grouped_masked_top_k(scores, mask, k, key, num_groups), loop_top
     )
-    np.testing.assert_array_equal(
-        kernels.grouped_uniform_subset(mask, k, key, num_groups), loop_sub
-    )
-    np.testing.assert_array_equal(kernels.grouped_top_k_mask(scores, mask, k, num_groups), loop_det)
+    np.testing.assert_array_equal(ops.grouped_uniform_subset(mask, k, key, num_groups), loop_sub)
+    np.testing.assert_array_equal(ops.grouped_top_k_mask(scores, mask, k, num_groups), loop_det)
     for chosen in (loop_top, loop_sub, loop_det):
         np.testing.assert_array_equal(blocks(jnp.asarray(chosen)).sum(1), [k] * num_groups)
         assert not chosen[11]
@@ -36,7 +34,7 @@ def test_grouped_uniform_subset_is_uniform_within_each_group():
     # 4 groups of 4 clients, 1 of each group ineligible, k = 2: each eligible client is
     # picked with probability 2/3; 3000 draws give a standard error of 0.0086.
     mask = jnp.tile(jnp.array([True, True, False, True]), 4)
-    draws = jax.vmap(lambda key: kernels.grouped_uniform_subset(mask, 2, key, 4))(
+    draws = jax.vmap(lambda key: ops.grouped_uniform_subset(mask, 2, key, 4))(
         jax.random.split(jax.random.PRNGKey(0), 3000)
     )
     freq = np.asarray(draws).mean(0)

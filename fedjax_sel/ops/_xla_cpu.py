@@ -1,14 +1,16 @@
-"""Fixed-shape selection kernels shared by every policy.
+"""The XLA:CPU backend of the selection ops: the same selections without a sort.
 
-All kernels act on one trial's arrays (`f32[N]`); `jax.vmap` adds trial or
-edge-server axes. None of the top-k kernels sorts, and none calls `lax.top_k`: on CPU,
-XLA's TopK is a single-threaded `std::partial_sort` of every row, about 20 us per row
-at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
+`fedjax_sel.ops.selection` defines each op in a few portable lines (a random permutation
+and `lax.top_k`) and picks these functions instead when the program is lowered for CPU
+(`jax.lax.platform_dependent`). They take the same arguments and act on one trial's
+arrays (`f32[N]`); `jax.vmap` adds trial or edge-server axes. None of them sorts, and
+none calls `lax.top_k`: on CPU, XLA's TopK is a single-threaded `std::partial_sort` of
+every row, about 20 us per row at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
 
-- the k-th largest score is found by a search over an order-preserving integer image
-  of the scores: one pass over the keys brackets it, and each later vectorised pass
-  counts the keys at or above three thresholds, keeping a quarter of the bracket
-  (about 11 passes where a search over all 32 bits takes 16);
+- the k-th largest score is found by a search over the order-preserving integer image
+  of the scores (`fedjax_sel.ops.order.order_key`): one pass over the keys brackets it,
+  and each later vectorised pass counts the keys at or above three thresholds, keeping
+  a quarter of the bracket (about 11 passes where a search over all 32 bits takes 16);
 - ties at the k-th place, and uniform subsets, are resolved by Floyd's algorithm
   (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the ranks
   of the tied clients from r random integers (r <= k) instead of one random number per
@@ -17,9 +19,15 @@ at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
 
 The search's counts are its own (`_kth_largest`), and the tie-break takes the number of
 tied clients from the words it packs them in (`_choose_by_rank`); the eligible clients of
-`uniform_subset` are counted by `count_true`. Tie-breaking
-is skipped when every tied client fits in the cohort; under `jax.vmap` it is skipped
-when that holds for every member of the batch (`_where_needed`).
+`uniform_subset` are counted by `count_true`. Tie-breaking is skipped when every tied
+client fits in the cohort; under `jax.vmap` it is skipped when that holds for every
+member of the batch (`_where_needed`).
+
+Against the portable definitions: `top_k_mask` and `count_true` are equal bit for bit;
+`masked_top_k` and `uniform_subset` draw their tie-breaks from other random numbers
+(Floyd's subset of the tied ranks, not a permutation of all clients), so they are equal
+where no tie crosses the k-th place and equal in distribution everywhere
+(tests/test_ops.py).
 """
 
 from __future__ import annotations
@@ -27,29 +35,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-_SIGN = np.uint32(0x80000000)
+from fedjax_sel.ops.order import order_key
 
 
-def _order_key(scores: chex.Array, mask: chex.Array) -> chex.Array:
-    """u32[N]: an order-preserving integer image of f32 `scores`, 0 outside `mask`.
-
-    Non-negative floats order like their bit patterns and negative ones in reverse, so
-    flipping every bit of a negative float and the sign bit of a non-negative one maps
-    the order of f32 (with -0.0 below +0.0, NaNs beyond the infinities) to the order of
-    unsigned integers. Eligible keys are at least 1: 0 ranks below every eligible client.
-    """
-    bits = lax.bitcast_convert_type(scores.astype(jnp.float32), jnp.uint32)
-    ordered = jnp.where(bits >= _SIGN, ~bits, bits | _SIGN)
-    return jnp.where(mask, jnp.maximum(ordered, jnp.uint32(1)), jnp.uint32(0))
-
-
-def count_true(flags: chex.Array) -> chex.Array:
+def count_true(flags: jax.Array) -> jax.Array:
     """int32[], the number of True entries of `flags` (bool[N]), exactly.
 
     Below 2^24 entries the flags are summed as bf16 in f32: XLA's CPU code vectorises
@@ -66,7 +60,7 @@ _FIELD_BITS = 10
 _MAX_ROWS = 8
 
 
-def _packed_counts(keys: chex.Array, thresholds: list[chex.Array]) -> list[chex.Array]:
+def _packed_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Array]:
     """The numbers of `keys` (u32[N], N < 2^10) at or above each of three thresholds,
     from one int32 sum of their flags packed as `f1 + f2 << 10 + f3 << 20`.
 
@@ -90,7 +84,7 @@ def _packed_counts(keys: chex.Array, thresholds: list[chex.Array]) -> list[chex.
     return [(total >> (j * _FIELD_BITS)) & field for j in range(len(thresholds))]
 
 
-def _product_counts(keys: chex.Array, thresholds: list[chex.Array]) -> list[chex.Array]:
+def _product_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Array]:
     """The numbers of `keys` (u32[N]) at or above each threshold, as one int8 matrix
     product of their flags, int8[3, N], with ones, int8[N, 8], summed in int32.
 
@@ -104,7 +98,7 @@ def _product_counts(keys: chex.Array, thresholds: list[chex.Array]) -> list[chex
     return [counts[j] for j in range(len(thresholds))]
 
 
-def _fold(op: Callable, x: chex.Array) -> chex.Array:
+def _fold(op: Callable, x: jax.Array) -> jax.Array:
     """`op` (an elementwise minimum or maximum) over all of `x` (1-D), by halving.
 
     XLA's CPU backend runs a min or max reduction over more than 32 entries as a scalar
@@ -143,7 +137,7 @@ def _whole_batch(batch_fn: Callable) -> Callable:
     return one
 
 
-def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
+def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """(u32[], int32[]): the k-th largest entry of `keys` (u32[N], k <= N), and the
     number of keys at or above it.
 
@@ -172,7 +166,7 @@ def _kth_largest(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
     return _whole_batch(lambda keys: _search_batch(keys, k))(keys)
 
 
-def _search_pass(keys: chex.Array, k: int, state, offsets):
+def _search_pass(keys: jax.Array, k: int, state, offsets):
     """One pass of `_kth_largest` on u32[N] `keys`: counts at `low + d` for the three
     `offsets` d (clipped to `high`) and narrows `state`, (low, high, at_or_above)."""
     counts = _packed_counts if keys.shape[-1] < 2**_FIELD_BITS else _product_counts
@@ -189,7 +183,7 @@ def _search_pass(keys: chex.Array, k: int, state, offsets):
     return low, high, at_or_above
 
 
-def _first_pass(keys: chex.Array, k: int):
+def _first_pass(keys: jax.Array, k: int):
     """The bracket of u32[N] `keys` and the first pass of `_kth_largest` in it."""
     n = keys.shape[-1]
     # k disjoint groups: group i holds keys g * k + i (g < N // k), and one more key
@@ -204,7 +198,7 @@ def _first_pass(keys: chex.Array, k: int):
     return _search_pass(keys, k, (low, high, jnp.int32(0)), [jnp.uint32(0), third, 2 * third])
 
 
-def _later_passes(keys: chex.Array, k: int, state):
+def _later_passes(keys: jax.Array, k: int, state):
     """Two passes of `_kth_largest`, each keeping a quarter of the interval."""
     for _ in range(2):
         step = (state[1] - state[0]) // 4 + 1
@@ -212,7 +206,7 @@ def _later_passes(keys: chex.Array, k: int, state):
     return state
 
 
-def _search_batch(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
+def _search_batch(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """`_kth_largest` of each row of u32[B, N] `keys`: (u32[B], int32[B]).
 
     The bracket is taken inside the loop, in its first iteration, so that the loop is
@@ -237,7 +231,7 @@ def _search_batch(keys: chex.Array, k: int) -> tuple[chex.Array, chex.Array]:
     return low, at_or_above
 
 
-def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:
+def _random_subsets(size, take, key, k: int, n: int) -> jax.Array:
     """u32[B, n // 32 + 2]: for each b, a uniformly random subset of `take[b]` of the
     ranks `0, ..., size[b] - 1` (`size`, `take`: int32[B]; `key`: B PRNG keys), rank r
     as bit r % 32 of word r // 32; the last word stays 0.
@@ -275,7 +269,7 @@ def _random_subsets(size, take, key, k: int, n: int) -> chex.Array:
     return chosen.reshape(batch, width)
 
 
-def _random_subset(size: chex.Array, take: chex.Array, k: int, key: chex.PRNGKey, n: int):
+def _random_subset(size: jax.Array, take: jax.Array, k: int, key: jax.Array, n: int):
     """u32[n // 32 + 2]: a uniformly random subset of `take` of the ranks `0, ...,
     size - 1`, as bits (`_random_subsets` of one; under `jax.vmap`, of the whole batch
     at once)."""
@@ -289,7 +283,7 @@ _GATHER_4_BITS = np.uint32(0x00204081)
 _BYTES = np.uint32(0xFF) << (8 * np.arange(4, dtype=np.uint32))
 
 
-def _bit_words(flags: chex.Array) -> chex.Array:
+def _bit_words(flags: jax.Array) -> jax.Array:
     """u32[ceil(N / 32)]: `flags` (bool[N]) packed 32 to a word, flag 32 w + i as bit
     i of word w (the last word's missing flags are 0).
 
@@ -310,7 +304,7 @@ def _bit_words(flags: chex.Array) -> chex.Array:
     return words
 
 
-def _unpack(words: chex.Array, n: int) -> chex.Array:
+def _unpack(words: jax.Array, n: int) -> jax.Array:
     """bool[n]: bit i of word w (`words`, u32[ceil(n / 32)]) as flag 32 w + i."""
     # The shifts as an iota, not a constant array: XLA's CPU code loads a constant's
     # entries one by one, and the loop over the flags was left scalar (docs/benchmarks.md).
@@ -318,7 +312,7 @@ def _unpack(words: chex.Array, n: int) -> chex.Array:
     return bits.reshape(-1)[:n] == 1
 
 
-def _deposit(bits: chex.Array, mask: chex.Array) -> chex.Array:
+def _deposit(bits: jax.Array, mask: jax.Array) -> jax.Array:
     """u32: the low bits of `bits` placed, in order, at the set bits of `mask` (both
     u32 arrays; the x86 PDEP instruction, elementwise).
 
@@ -343,7 +337,7 @@ def _deposit(bits: chex.Array, mask: chex.Array) -> chex.Array:
     return bits & original
 
 
-def _choose_by_rank(flags: chex.Array, window: Callable) -> chex.Array:
+def _choose_by_rank(flags: jax.Array, window: Callable) -> jax.Array:
     """bool[N]: the True entries of `flags` (bool[N]) whose ranks among them are
     chosen, the r-th True entry (from 0) being chosen when bit r of a bitmap is set.
 
@@ -363,7 +357,7 @@ def _choose_by_rank(flags: chex.Array, window: Callable) -> chex.Array:
     return _unpack(chosen, flags.shape[0])
 
 
-def _random_tied(tied: chex.Array, take: Callable, key: chex.PRNGKey, k: int) -> chex.Array:
+def _random_tied(tied: jax.Array, take: Callable, key: jax.Array, k: int) -> jax.Array:
     """bool[N]: a uniformly random subset of `take(size) <= k` of the `size` `tied`
     clients (Floyd's)."""
 
@@ -378,7 +372,7 @@ def _random_tied(tied: chex.Array, take: Callable, key: chex.PRNGKey, k: int) ->
     return _choose_by_rank(tied, window)
 
 
-def _lowest_tied(tied: chex.Array, take: Callable) -> chex.Array:
+def _lowest_tied(tied: jax.Array, take: Callable) -> jax.Array:
     """bool[N]: the `take(size)` tied clients of lowest index, of `size` tied."""
 
     def window(start, size):
@@ -389,7 +383,7 @@ def _lowest_tied(tied: chex.Array, take: Callable) -> chex.Array:
     return _choose_by_rank(tied, window)
 
 
-def _where_needed(need: chex.Array, full: Callable, short: Callable, *operands) -> chex.Array:
+def _where_needed(need: jax.Array, full: Callable, short: Callable, *operands) -> jax.Array:
     """`full(*operands)` where `need`, else `short(*operands)`, for functions that agree
     wherever `need` is False.
 
@@ -417,7 +411,7 @@ def _where_needed(need: chex.Array, full: Callable, short: Callable, *operands) 
     return run(need, *operands)
 
 
-def _top_k_of_keys(keys: chex.Array, k: int, choose: Callable[..., chex.Array], *key):
+def _top_k_of_keys(keys: jax.Array, k: int, choose: Callable[..., jax.Array], *key):
     """bool[N]: the k largest positive `keys`, `choose(tied, take, *key)` picking
     `take(size)` of the `size` clients tied at the k-th place; all positive keys when
     fewer than k.
@@ -439,7 +433,7 @@ def _top_k_of_keys(keys: chex.Array, k: int, choose: Callable[..., chex.Array], 
     return _where_needed(at_or_above > k, full, short, keys, kth, at_or_above, *key)
 
 
-def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
+def uniform_subset(mask: jax.Array, k: int, key: jax.Array) -> jax.Array:
     """A uniformly random subset of size min(k, sum(mask)) of the clients in `mask`.
 
     Args:
@@ -455,7 +449,7 @@ def uniform_subset(mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
     return _where_needed(count_true(mask) > k, full, short, mask, key)
 
 
-def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
+def masked_top_k(scores: jax.Array, mask: jax.Array, k: int, key: jax.Array) -> jax.Array:
     """The k highest-scoring clients in `mask`, ties broken uniformly at random.
 
     The k-th largest masked score `v` splits the eligible clients into those strictly
@@ -474,30 +468,10 @@ def masked_top_k(scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
     choose = functools.partial(_random_tied, k=k)
-    return _top_k_of_keys(_order_key(scores, mask), k, choose, key)
+    return _top_k_of_keys(order_key(scores, mask), k, choose, key)
 
 
-def gumbel_top_k(logits: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey) -> chex.Array:
-    """Samples min(k, sum(mask)) clients without replacement, P proportional to exp(logits).
-
-    The Gumbel-top-k trick (Kool et al., 2019): the top k of `logits + Gumbel` is a
-    draw of k items without replacement from softmax(logits) restricted to `mask`.
-
-    Args:
-      logits: f32[N], unnormalised log-weights.
-      mask: bool[N], eligible clients.
-      k: static sample size.
-      key: PRNG key.
-
-    Returns:
-      bool[N] with exactly min(k, sum(mask)) entries set.
-    """
-    noise_key, tie_key = jax.random.split(key)
-    perturbed = logits + jax.random.gumbel(noise_key, logits.shape, logits.dtype)
-    return masked_top_k(perturbed, mask, k, tie_key)
-
-
-def top_k_mask(scores: chex.Array, mask: chex.Array, k: int) -> chex.Array:
+def top_k_mask(scores: jax.Array, mask: jax.Array, k: int) -> jax.Array:
     """Deterministic top-k of `scores` in `mask`, ties to the lower index (for oracles).
 
     Args:
@@ -508,169 +482,4 @@ def top_k_mask(scores: chex.Array, mask: chex.Array, k: int) -> chex.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
-    return _top_k_of_keys(_order_key(scores, mask & (scores > -jnp.inf)), k, _lowest_tied)
-
-
-def sherman_morrison_update(
-    inverse: chex.Array, vector: chex.Array, mask: chex.Array
-) -> chex.Array:
-    r"""Batched rank-one updates of inverse Gram matrices, one per client.
-
-    For each masked client n, returns the inverse of :math:`H_n + c_n c_n^\top` from
-    :math:`P_n = H_n^{-1}` by the Sherman-Morrison formula
-
-    .. math:: P_n - \frac{P_n c_n c_n^\top P_n}{1 + c_n^\top P_n c_n},
-
-    in O(N d^2) instead of the O(N d^3) of a fresh inversion. Unmasked clients keep
-    :math:`P_n`. The result is symmetrised, so that rounding does not let the batch of
-    symmetric positive-definite matrices drift away from symmetry over many updates.
-
-    Args:
-      inverse: f32[N, d, d], symmetric positive-definite :math:`P_n`.
-      vector: f32[N, d], the rank-one direction :math:`c_n` of each client.
-      mask: bool[N], clients to update.
-
-    Returns:
-      f32[N, d, d], the updated inverses.
-    """
-    pc = jnp.einsum("nij,nj->ni", inverse, vector)
-    denom = 1.0 + jnp.einsum("ni,ni->n", vector, pc)
-    delta = pc[:, :, None] * pc[:, None, :] / denom[:, None, None]
-    updated = inverse - jnp.where(mask[:, None, None], delta, 0.0)
-    return 0.5 * (updated + jnp.swapaxes(updated, -1, -2))
-
-
-def prefix_max_cost_top_k(
-    cost: chex.Array,
-    value: chex.Array,
-    mask: chex.Array,
-    k: int,
-    weight: chex.Array,
-    key: chex.PRNGKey,
-) -> chex.Array:
-    r"""Exact minimiser of a max-cost-minus-value objective over cohorts of size min(k, |mask|).
-
-    Solves
-
-    .. math:: \min_{S \subseteq \text{mask},\ |S| = \min(k, |\text{mask}|)}
-              w \max_{n \in S} \text{cost}_n - \sum_{n \in S} \text{value}_n,
-
-    problem P4 (eq. 21) of Huang et al. (IEEE TPDS 2021) with cost the estimated
-    exchange time, value the fairness queue and w the penalty weight V. Algorithm 1 of
-    the paper tries every available client's cost as the cohort's maximum and keeps the
-    top k by value among the clients not costlier. Sorting the eligible clients by cost
-    makes that a prefix problem: with TopK(j) the sum of the k largest values among the
-    j cheapest eligible clients,
-
-    .. math:: P4^* = \min_{j \geq k} \; w\, \text{cost}_{(j)} - \text{TopK}(j),
-
-    and the cohort is the top k of the minimising prefix. The top k of a prefix is the
-    top k of every longer prefix whose extra clients rank lower, so each term is at least
-    its cohort's objective and equals it at the cohort's costliest member: the two minima
-    coincide. Fixed shapes, O(N^2) time and memory, no data-dependent loop.
-
-    Ties in cost and in value are broken by uniform random keys; among cohorts of equal
-    objective the one of the cheapest prefix wins. Equal costs and values throughout
-    (round 1 of RBCS-F) thus give a uniformly random cohort.
-
-    Args:
-      cost: f32[N], finite costs of the eligible clients (others are ignored).
-      value: f32[N], finite values of the eligible clients.
-      mask: bool[N], eligible (available) clients.
-      k: static cohort size, 1 <= k <= N.
-      weight: f32[], the weight w >= 0 of the maximum cost.
-      key: PRNG key for the tie-breaks.
-
-    Returns:
-      bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
-    """
-    n = cost.shape[0]
-    size = jnp.minimum(k, jnp.sum(mask))
-    # Equal costs are ordered at random too: the cheapest prefix wins ties of the
-    # objective, which would otherwise favour low client indices.
-    tie_all = jax.random.uniform(key, (n,))
-    order = jnp.lexsort((tie_all, jnp.where(mask, cost, jnp.inf)))
-    eligible = mask[order]
-    # Unavailable clients sort last; a zero cost keeps w * cost finite when w = 0.
-    sorted_cost = jnp.where(eligible, cost[order], 0.0)
-    sorted_value = jnp.where(eligible, value[order], 0.0)
-    tie = tie_all[order]
-    # rank[i]: position of sorted client i in descending (value, tie) order.
-    by_value = jnp.lexsort((-tie, -sorted_value))
-    rank = jnp.zeros((n,), jnp.int32).at[by_value].set(jnp.arange(n, dtype=jnp.int32))
-    beats = (rank[:, None] < rank[None, :]) & eligible[:, None]
-    # better[j, i]: eligible clients among the first j + 1 that rank above client i.
-    better = jnp.cumsum(beats, axis=0)
-    pos = jnp.arange(n)
-    in_top = (pos[None, :] <= pos[:, None]) & eligible[None, :] & (better < size)
-    objective = weight * sorted_cost - jnp.sum(jnp.where(in_top, sorted_value, 0.0), axis=1)
-    objective = jnp.where(eligible & (pos + 1 >= size), objective, jnp.inf)
-    best = jnp.argmin(objective)
-    return jnp.zeros((n,), bool).at[order].set(in_top[best] & (size > 0))
-
-
-def _per_group(kernel, arrays: tuple[chex.Array, ...], num_groups: int, key=None) -> chex.Array:
-    """Runs `kernel` on each of `num_groups` equal contiguous blocks of the client axis.
-
-    Clients `g * n, ..., g * n + n - 1` (n = N / num_groups) form group g; each group
-    gets its own key, so the groups' random choices are independent.
-    """
-    blocks = tuple(a.reshape(num_groups, -1) for a in arrays)
-    if key is None:
-        out = jax.vmap(kernel)(*blocks)
-    else:
-        out = jax.vmap(kernel)(*blocks, jax.random.split(key, num_groups))
-    return out.reshape(-1)
-
-
-def grouped_masked_top_k(
-    scores: chex.Array, mask: chex.Array, k: int, key: chex.PRNGKey, num_groups: int
-) -> chex.Array:
-    """`masked_top_k` in each of `num_groups` equal contiguous groups (k per group).
-
-    For hierarchical settings where every edge server schedules k clients of its own
-    cell: group g holds clients `g * N / num_groups` to `(g + 1) * N / num_groups - 1`.
-
-    Args:
-      scores: f32[N], higher is better.
-      mask: bool[N], eligible clients.
-      k: static cohort size per group, 1 <= k <= N / num_groups.
-      key: PRNG key for the tie-breaks (split over groups).
-      num_groups: static number of groups, dividing N.
-
-    Returns:
-      bool[N] with exactly min(k, eligible in group) entries set in each group.
-    """
-    return _per_group(lambda s, m, kk: masked_top_k(s, m, k, kk), (scores, mask), num_groups, key)
-
-
-def grouped_uniform_subset(
-    mask: chex.Array, k: int, key: chex.PRNGKey, num_groups: int
-) -> chex.Array:
-    """`uniform_subset` in each of `num_groups` equal contiguous groups (k per group).
-
-    Args:
-      mask: bool[N], eligible clients.
-      k: static cohort size per group, 1 <= k <= N / num_groups.
-      key: PRNG key (split over groups).
-      num_groups: static number of groups, dividing N.
-
-    Returns:
-      bool[N] with exactly min(k, eligible in group) entries set in each group.
-    """
-    return _per_group(lambda m, kk: uniform_subset(m, k, kk), (mask,), num_groups, key)
-
-
-def grouped_top_k_mask(scores: chex.Array, mask: chex.Array, k: int, num_groups: int) -> chex.Array:
-    """`top_k_mask` (deterministic, for oracles) in each of `num_groups` equal groups.
-
-    Args:
-      scores: f32[N] of finite values.
-      mask: bool[N], eligible clients.
-      k: static cohort size per group, 1 <= k <= N / num_groups.
-      num_groups: static number of groups, dividing N.
-
-    Returns:
-      bool[N] with exactly min(k, eligible in group) entries set in each group.
-    """
-    return _per_group(lambda s, m: top_k_mask(s, m, k), (scores, mask), num_groups)
+    return _top_k_of_keys(order_key(scores, mask & (scores > -jnp.inf)), k, _lowest_tied)

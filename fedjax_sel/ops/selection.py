@@ -1,0 +1,193 @@
+"""Selection ops: which clients a round takes, defined portably, run sort-free on CPU.
+
+Every op acts on one trial's arrays (`f32[N]`, `bool[N]`); `jax.vmap` adds trial or
+edge-server axes. Scores are ranked in the total order of f32 (`order.order_key`: -0.0
+below +0.0, NaN above +inf), and ineligible clients never rank.
+
+The module reads in two parts. First the definitions (`portable_*`), a few lines each
+that run on every platform: masked top-k with uniform random tie-breaking is `lax.top_k`
+of the clients taken in a uniformly random order, since XLA's TopK breaks ties to the
+lower index, which is then a uniformly random one. Then the public ops, which choose an
+implementation by platform (`jax.lax.platform_dependent`, resolved when the program is
+lowered, so that the compiled program holds one of them only): on CPU, the sort-free
+kernels of `fedjax_sel.ops._xla_cpu`, since XLA:CPU runs TopK as a single-threaded
+partial sort of every row; elsewhere, the definition.
+
+The cohort size k is a Python int (static, 1 <= k <= N: the platform's implementation)
+or a traced int32[] (0 <= k <= N; a decaying exploration count, say): a traced k runs the
+definition on every platform, as a sort in place of `lax.top_k`, and from the same
+permutation as a static k, so the two select the same clients on every input.
+
+`top_k_mask` and `count_true` are equal on every platform bit for bit. The CPU
+`masked_top_k` and `uniform_subset` break ties with other random numbers than the
+permutation (Floyd's algorithm), so they select the same clients as the definition
+wherever no tie crosses the k-th place, and the same in distribution everywhere.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fedjax_sel.ops import _xla_cpu
+from fedjax_sel.ops.order import order_key
+
+
+def _is_static(k) -> bool:
+    return isinstance(k, numbers.Integral)
+
+
+def _take_first(keys: jax.Array, k) -> jax.Array:
+    """bool[N]: the positive `keys` (u32[N]) among the first k in descending order, ties
+    to the lower index: `lax.top_k` for a static k, a stable sort for a traced one."""
+    n = keys.shape[0]
+    if _is_static(k):
+        values, first = lax.top_k(keys, k)
+        return jnp.zeros(n, bool).at[first].set(values > 0)
+    _, ranked = lax.sort((~keys, jnp.arange(n, dtype=jnp.int32)), num_keys=2)
+    return jnp.zeros(n, bool).at[ranked].set((jnp.arange(n) < k) & (keys[ranked] > 0))
+
+
+def portable_masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
+    """The definition of `masked_top_k`: the top k of the clients in a random order."""
+    order = jax.random.permutation(key, scores.shape[0])
+    chosen = _take_first(order_key(scores, mask)[order], k)
+    return jnp.zeros(chosen.shape, bool).at[order].set(chosen)
+
+
+def portable_uniform_subset(mask: jax.Array, k, key: jax.Array) -> jax.Array:
+    """The definition of `uniform_subset`: every eligible client tied."""
+    return portable_masked_top_k(jnp.zeros(mask.shape, jnp.float32), mask, k, key)
+
+
+def portable_top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
+    """The definition of `top_k_mask`: the top k in index order."""
+    return _take_first(order_key(scores, mask & (scores > -jnp.inf)), k)
+
+
+def _gumbel_top_k(top_k: Callable, logits: jax.Array, mask: jax.Array, k, key: jax.Array):
+    """`top_k` (a masked top-k) of Gumbel-perturbed `logits`."""
+    noise_key, tie_key = jax.random.split(key)
+    perturbed = logits + jax.random.gumbel(noise_key, logits.shape, logits.dtype)
+    return top_k(perturbed, mask, k, tie_key)
+
+
+def portable_gumbel_top_k(logits: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
+    """The definition of `gumbel_top_k`, on `portable_masked_top_k`."""
+    return _gumbel_top_k(portable_masked_top_k, logits, mask, k, key)
+
+
+def portable_count_true(flags: jax.Array) -> jax.Array:
+    """The definition of `count_true`: an int32 sum."""
+    return jnp.sum(flags, dtype=jnp.int32)
+
+
+def masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
+    """The k highest-scoring clients in `mask`, ties broken uniformly at random.
+
+    The clients are taken in a uniformly random order (`jax.random.permutation`), and
+    the k largest masked scores in that order are selected, ties to the earlier client
+    (`lax.top_k`): every subset of the clients tied at the k-th place is equally likely.
+    Clients scoring `-inf` are eligible like any other; fewer than k eligible clients
+    leave slots empty. Scores are compared in the total order of f32 (-0.0 below +0.0,
+    NaN above +inf). On CPU a static k runs `_xla_cpu.masked_top_k` (no sort; ties
+    broken by Floyd's algorithm).
+
+    Args:
+      scores: f32[N], higher is better (indices, sampled means, ...).
+      mask: bool[N], eligible (available) clients.
+      k: cohort size: a Python int, 1 <= k <= N, or a traced int32[], 0 <= k <= N
+        (then a sort on every platform).
+      key: PRNG key for the tie-break.
+
+    Returns:
+      bool[N] with exactly min(k, sum(mask)) entries set.
+    """
+    if not _is_static(k):
+        return portable_masked_top_k(scores, mask, k, key)
+    return lax.platform_dependent(
+        scores,
+        mask,
+        key,
+        cpu=lambda s, m, r: _xla_cpu.masked_top_k(s, m, k, r),
+        default=lambda s, m, r: portable_masked_top_k(s, m, k, r),
+    )
+
+
+def uniform_subset(mask: jax.Array, k, key: jax.Array) -> jax.Array:
+    """A uniformly random subset of size min(k, sum(mask)) of the clients in `mask`.
+
+    `masked_top_k` of equal scores. On CPU a static k runs `_xla_cpu.uniform_subset`
+    (Floyd's algorithm).
+
+    Args:
+      mask: bool[N], eligible clients.
+      k: cohort size: a Python int, 1 <= k <= N, or a traced int32[], 0 <= k <= N.
+      key: PRNG key.
+
+    Returns:
+      bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
+    """
+    if not _is_static(k):
+        return portable_uniform_subset(mask, k, key)
+    return lax.platform_dependent(
+        mask,
+        key,
+        cpu=lambda m, r: _xla_cpu.uniform_subset(m, k, r),
+        default=lambda m, r: portable_uniform_subset(m, k, r),
+    )
+
+
+def top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
+    """Deterministic top-k of `scores` in `mask`, ties to the lower index (for oracles).
+
+    Equal on every platform to `lax.top_k` of the masked scores; on CPU a static k runs
+    `_xla_cpu.top_k_mask` (no sort).
+
+    Args:
+      scores: f32[N]; `-inf` and NaN are never selected.
+      mask: bool[N], eligible clients.
+      k: cohort size: a Python int, 1 <= k <= N, or a traced int32[], 0 <= k <= N.
+
+    Returns:
+      bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
+    """
+    if not _is_static(k):
+        return portable_top_k_mask(scores, mask, k)
+    return lax.platform_dependent(
+        scores,
+        mask,
+        cpu=lambda s, m: _xla_cpu.top_k_mask(s, m, k),
+        default=lambda s, m: portable_top_k_mask(s, m, k),
+    )
+
+
+def gumbel_top_k(logits: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
+    """Samples min(k, sum(mask)) clients without replacement, P proportional to exp(logits).
+
+    The Gumbel-top-k trick (Kool et al., 2019): the top k of `logits + Gumbel` is a
+    draw of k items without replacement from softmax(logits) restricted to `mask`. The
+    key is split into the noise's and the tie-break's (`masked_top_k`).
+
+    Args:
+      logits: f32[N], unnormalised log-weights.
+      mask: bool[N], eligible clients.
+      k: sample size, static or traced (as for `masked_top_k`).
+      key: PRNG key.
+
+    Returns:
+      bool[N] with exactly min(k, sum(mask)) entries set.
+    """
+    return _gumbel_top_k(masked_top_k, logits, mask, k, key)
+
+
+def count_true(flags: jax.Array) -> jax.Array:
+    """int32[], the number of True entries of `flags` (bool[N]), exactly.
+
+    On CPU `_xla_cpu.count_true` (a bf16 sum in f32, exact below 2^24 entries).
+    """
+    return lax.platform_dependent(flags, cpu=_xla_cpu.count_true, default=portable_count_true)

@@ -1,0 +1,375 @@
+"""The selection ops: each definition against brute force, the CPU backend against the
+definition (exactly where the random streams allow, in distribution where they do not),
+static against traced k, and the budgeted forms against a plain loop."""
+
+import itertools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedjax_sel import ops
+from fedjax_sel.ops import _xla_cpu, selection
+
+
+class Impl(NamedTuple):
+    masked_top_k: object
+    uniform_subset: object
+    top_k_mask: object
+    gumbel_top_k: object
+    count_true: object
+
+
+def _cpu_gumbel_top_k(logits, mask, k, key):
+    noise_key, tie_key = jax.random.split(key)
+    perturbed = logits + jax.random.gumbel(noise_key, logits.shape, logits.dtype)
+    return _xla_cpu.masked_top_k(perturbed, mask, k, tie_key)
+
+
+# Every implementation of the selection ops, called directly (on CPU the public ops are the
+# XLA:CPU ones, tests/test_ops_dispatch.py).
+IMPLS = {
+    "definition": Impl(
+        selection.portable_masked_top_k,
+        selection.portable_uniform_subset,
+        selection.portable_top_k_mask,
+        selection.portable_gumbel_top_k,
+        selection.portable_count_true,
+    ),
+    "xla_cpu": Impl(
+        _xla_cpu.masked_top_k,
+        _xla_cpu.uniform_subset,
+        _xla_cpu.top_k_mask,
+        _cpu_gumbel_top_k,
+        _xla_cpu.count_true,
+    ),
+}
+impls = pytest.mark.parametrize("impl", list(IMPLS.values()), ids=list(IMPLS))
+
+
+def _batched(fn, *args):
+    return np.asarray(jax.jit(jax.vmap(fn))(*args))
+
+
+def _is_top_k(scores, mask, k, selected):
+    """A selection is a correct top-k iff it has min(k, |mask|) eligible clients and no
+    unselected eligible client scores strictly above a selected one."""
+    if selected.sum() != min(k, mask.sum()) or np.any(selected & ~mask):
+        return False
+    rest = scores[mask & ~selected]
+    return selected.sum() == 0 or rest.size == 0 or rest.max() <= scores[selected].min()
+
+
+def _subset_counts(selected, n, k):
+    """The number of draws (rows of `selected`, bool[D, n]) of each k-subset of range(n)."""
+    assert np.all(selected.sum(1) == k)
+    index = {c: i for i, c in enumerate(itertools.combinations(range(n), k))}
+    rows = [index[tuple(np.flatnonzero(row))] for row in selected]
+    return np.bincount(rows, minlength=len(index))
+
+
+def _uniform_enough(counts):
+    """Chi-square test of equal subset frequencies at p = 1e-6 (fixed keys: deterministic)."""
+    expected = counts.sum() / counts.size
+    statistic = np.sum((counts - expected) ** 2 / expected)
+    return statistic < stats.chi2.ppf(1 - 1e-6, counts.size - 1)
+
+
+@impls
+def test_masked_top_k_matches_brute_force(impl):
+    # Few distinct values so that ties are frequent, +-inf, and some empty masks.
+    rng = np.random.default_rng(0)
+    batch, n = 500, 9
+    scores = rng.integers(0, 4, (batch, n)).astype(np.float32)
+    scores[rng.random((batch, n)) < 0.1] = np.inf
+    scores[rng.random((batch, n)) < 0.1] = -np.inf
+    mask = rng.random((batch, n)) < rng.random((batch, 1))
+    keys = jax.random.split(jax.random.PRNGKey(1), batch)
+    for k in (1, 3, 9):
+        sel = _batched(lambda s, m, r, k=k: impl.masked_top_k(s, m, k, r), scores, mask, keys)
+        assert all(_is_top_k(scores[i], mask[i], k, sel[i]) for i in range(batch)), k
+
+
+@impls
+def test_masked_top_k_orders_floats_totally(impl):
+    # -0.0 below +0.0, NaN above +inf, -inf eligible.
+    scores = jnp.array([0.0, -0.0, jnp.nan, jnp.inf, -jnp.inf, 1.0])
+    mask = jnp.ones(6, bool)
+    key = jax.random.PRNGKey(0)
+    expected = {1: [2], 2: [2, 3], 4: [0, 2, 3, 5], 5: [0, 1, 2, 3, 5], 6: list(range(6))}
+    for k, want in expected.items():
+        got = np.flatnonzero(jax.jit(impl.masked_top_k, static_argnums=2)(scores, mask, k, key))
+        np.testing.assert_array_equal(got, want, err_msg=str(k))
+
+
+@impls
+def test_masked_top_k_breaks_ties_uniformly(impl):
+    # Six tied clients, two slots: each of the 15 pairs equally often.
+    draws = 4500
+    keys = jax.random.split(jax.random.PRNGKey(2), draws)
+    scores, mask = jnp.ones(6), jnp.ones(6, bool)
+    sel = _batched(lambda r: impl.masked_top_k(scores, mask, 2, r), keys)
+    assert _uniform_enough(_subset_counts(sel, 6, 2))
+
+
+@impls
+def test_masked_top_k_breaks_ties_at_the_kth_place_uniformly(impl):
+    # Client 0 is strictly best and client 5 worst; clients 1..4 tie for the 2 remaining
+    # slots of k = 3; client 2 is ineligible.
+    scores = jnp.array([5.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    mask = jnp.array([True, True, False, True, True, True])
+    draws = 3000
+    keys = jax.random.split(jax.random.PRNGKey(0), draws)
+    sel = _batched(lambda r: impl.masked_top_k(scores, mask, 3, r), keys)
+    assert sel[:, 0].all() and not sel[:, [2, 5]].any()
+    assert _uniform_enough(_subset_counts(sel[:, [1, 3, 4]], 3, 2))
+
+
+@impls
+def test_uniform_subset_draws_every_subset_equally_often(impl):
+    mask = jnp.array([True, False, True, True, True, False, True])
+    draws = 5000
+    keys = jax.random.split(jax.random.PRNGKey(7), draws)
+    sel = _batched(lambda r: impl.uniform_subset(mask, 3, r), keys)
+    assert not np.any(sel[:, [1, 5]])
+    assert _uniform_enough(_subset_counts(sel[:, np.asarray(mask)], 5, 3))
+
+
+@impls
+def test_uniform_subset_fewer_eligible_than_k_takes_all(impl):
+    mask = jnp.array([False, True, False, True])
+    np.testing.assert_array_equal(impl.uniform_subset(mask, 3, jax.random.PRNGKey(0)), mask)
+
+
+@impls
+def test_gumbel_top_k_samples_without_replacement(impl):
+    # k = 1 follows softmax(logits); with k = 2 the pair {0, 1} follows Plackett-Luce:
+    # P({0, 1}) = w0 w1 / (1 - w0) + w1 w0 / (1 - w1).
+    w = np.array([0.5, 0.3, 0.15, 0.05])
+    draws = 10000
+    keys = jax.random.split(jax.random.PRNGKey(7), draws)
+    mask = jnp.ones(4, bool)
+    first = _batched(lambda r: impl.gumbel_top_k(jnp.log(w), mask, 1, r), keys)
+    tol = 4.5 * np.sqrt(w * (1 - w) / draws)
+    np.testing.assert_array_less(np.abs(first.mean(0) - w), tol)
+    pair = _batched(lambda r: impl.gumbel_top_k(jnp.log(w), mask, 2, r), keys)
+    p01 = w[0] * w[1] / (1 - w[0]) + w[1] * w[0] / (1 - w[1])
+    assert abs(np.mean(pair[:, 0] & pair[:, 1]) - p01) < 4.5 * np.sqrt(p01 * (1 - p01) / draws)
+
+
+@impls
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_top_k_mask_is_deterministic_lowest_index_on_ties(impl, k):
+    scores = jnp.array([1.0, 3.0, 3.0, 2.0, 3.0, -jnp.inf])
+    mask = jnp.array([True, True, True, True, False, True])
+    expected = {1: [1], 2: [1, 2], 4: [0, 1, 2, 3]}[k]
+    np.testing.assert_array_equal(np.flatnonzero(impl.top_k_mask(scores, mask, k)), expected)
+
+
+def _tied_scores(rng, batch, n):
+    scores = rng.integers(-3, 4, (batch, n)).astype(np.float32) * rng.choice([0.5, 1e-3, 1e30])
+    scores[rng.random((batch, n)) < 0.05] = np.inf
+    scores[rng.random((batch, n)) < 0.05] = -np.inf
+    scores[:, 0] = -0.0
+    return scores
+
+
+def test_top_k_mask_backends_are_equal_and_equal_lax_top_k():
+    rng = np.random.default_rng(4)
+    batch, n, k = 300, 40, 7
+    scores = _tied_scores(rng, batch, n)
+    mask = rng.random((batch, n)) < rng.random((batch, 1))
+
+    def lax_top_k(s, m):
+        values, index = jax.lax.top_k(jnp.where(m, s, -jnp.inf), k)
+        return jnp.zeros(s.shape, bool).at[index].set(values > -jnp.inf)
+
+    want = _batched(lax_top_k, scores, mask)
+    for name, impl in IMPLS.items():
+        got = _batched(lambda s, m, impl=impl: impl.top_k_mask(s, m, k), scores, mask)
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_count_true_backends_are_equal():
+    rng = np.random.default_rng(5)
+    for n in (1, 7, 1000, 4097):
+        flags = jnp.asarray(rng.random((3, n)) < rng.random((3, 1)))
+        want = np.asarray(flags).sum(1)
+        for name, impl in IMPLS.items():
+            got = _batched(impl.count_true, flags)
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} {n}")
+
+
+def _untied_batch(rng, batch, n, k):
+    """Scores and masks on which no tie crosses the k-th place: distinct scores, ties
+    only among the clients surely selected, and rows with fewer than k eligible."""
+    scores = np.stack([rng.permutation(n) for _ in range(batch)]).astype(np.float32)
+    top = scores[: batch // 2]
+    scores[: batch // 2] = np.where(top > n - k, n, top)  # the top k - 1 tied
+    mask = rng.random((batch, n)) < 0.9
+    mask[batch // 2 :: 4] = False
+    mask[batch // 2 :: 4, : k - 1] = True
+    mask[: batch // 2] = True
+    return scores, mask
+
+
+def test_masked_top_k_backends_are_equal_where_no_tie_crosses_the_kth_place():
+    rng = np.random.default_rng(6)
+    batch, n, k = 64, 50, 6
+    scores, mask = _untied_batch(rng, batch, n, k)
+    keys = jax.random.split(jax.random.PRNGKey(6), batch)
+    results = {
+        name: _batched(lambda s, m, r, impl=impl: impl.masked_top_k(s, m, k, r), scores, mask, keys)
+        for name, impl in IMPLS.items()
+    }
+    np.testing.assert_array_equal(results["xla_cpu"], results["definition"])
+    # Fewer eligible than k: every eligible client, whichever backend; so for a subset.
+    few = mask & (np.arange(n) < k)
+    subsets = {
+        name: _batched(lambda m, r, impl=impl: impl.uniform_subset(m, k, r), few, keys)
+        for name, impl in IMPLS.items()
+    }
+    np.testing.assert_array_equal(subsets["xla_cpu"], few)
+    np.testing.assert_array_equal(subsets["definition"], few)
+
+
+def _traced(fn):
+    """`fn` with its cohort size an argument of the compiled function, so traced."""
+    return jax.jit(jax.vmap(fn, in_axes=(0, 0, None, 0)))
+
+
+@pytest.mark.parametrize("k", [0, 1, 5, 12])
+def test_traced_k_equals_the_definition_exactly_ties_included(k):
+    rng = np.random.default_rng(k)
+    batch, n = 100, 12
+    scores = _tied_scores(rng, batch, n)
+    mask = rng.random((batch, n)) < rng.random((batch, 1))
+    keys = jax.random.split(jax.random.PRNGKey(k), batch)
+    traced = _traced(ops.masked_top_k)(scores, mask, jnp.int32(k), keys)
+    assert all(_is_top_k(scores[i], mask[i], k, np.asarray(traced[i])) for i in range(batch))
+    subset = _traced(lambda s, m, kk, r: ops.uniform_subset(m, kk, r))(scores, mask, k, keys)
+    np.testing.assert_array_equal(np.asarray(subset).sum(1), np.minimum(k, mask.sum(1)))
+    det = _traced(lambda s, m, kk, r: ops.top_k_mask(s, m, kk))(scores, mask, k, keys)
+    if k == 0:
+        assert not np.any(traced) and not np.any(subset) and not np.any(det)
+        return
+    # The static definition draws the same permutation: the same clients, ties included.
+    static = _batched(
+        lambda s, m, r: selection.portable_masked_top_k(s, m, k, r), scores, mask, keys
+    )
+    np.testing.assert_array_equal(np.asarray(traced), static)
+    np.testing.assert_array_equal(
+        np.asarray(det), _batched(lambda s, m: ops.top_k_mask(s, m, k), scores, mask)
+    )
+
+
+def test_traced_k_equals_static_k_on_tie_free_inputs():
+    # On CPU the static k runs the sort-free backend: equal where no tie crosses k.
+    rng = np.random.default_rng(8)
+    batch, n, k = 64, 50, 6
+    scores, mask = _untied_batch(rng, batch, n, k)
+    keys = jax.random.split(jax.random.PRNGKey(8), batch)
+    static = _batched(lambda s, m, r: ops.masked_top_k(s, m, k, r), scores, mask, keys)
+    traced = _traced(ops.masked_top_k)(scores, mask, jnp.int32(k), keys)
+    np.testing.assert_array_equal(np.asarray(traced), static)
+    # A different k per trial.
+    per_trial = jnp.asarray(rng.integers(0, n + 1, batch), jnp.int32)
+    sel = jax.jit(jax.vmap(ops.masked_top_k))(scores, mask, per_trial, keys)
+    np.testing.assert_array_equal(
+        np.asarray(sel).sum(1), np.minimum(per_trial, mask.sum(1)), err_msg="per-trial k"
+    )
+
+
+def test_traced_k_breaks_ties_uniformly():
+    draws = 4500
+    keys = jax.random.split(jax.random.PRNGKey(9), draws)
+    fn = jax.jit(jax.vmap(lambda r, k: ops.masked_top_k(jnp.ones(6), jnp.ones(6, bool), k, r)))
+    sel = np.asarray(fn(keys, jnp.full(draws, 2, jnp.int32)))
+    assert _uniform_enough(_subset_counts(sel, 6, 2))
+
+
+def test_ops_run_eagerly_jitted_and_vmapped_alike():
+    rng = np.random.default_rng(10)
+    scores = jnp.asarray(rng.integers(0, 3, (4, 20)).astype(np.float32))
+    mask = jnp.asarray(rng.random((4, 20)) < 0.8)
+    keys = jax.random.split(jax.random.PRNGKey(10), 4)
+    calls = {
+        "masked_top_k": lambda s, m, r: ops.masked_top_k(s, m, 5, r),
+        "uniform_subset": lambda s, m, r: ops.uniform_subset(m, 5, r),
+        "top_k_mask": lambda s, m, r: ops.top_k_mask(s, m, 5),
+        "gumbel_top_k": lambda s, m, r: ops.gumbel_top_k(s, m, 5, r),
+        "budgeted_top_k": lambda s, m, r: ops.budgeted_top_k(s, s + 1.0, m, 9.0, r),
+    }
+    for name, fn in calls.items():
+        eager = np.stack([np.asarray(fn(scores[i], mask[i], keys[i])) for i in range(4)])
+        np.testing.assert_array_equal(_batched(fn, scores, mask, keys), eager, err_msg=name)
+    np.testing.assert_array_equal(ops.count_true(mask[0]), np.asarray(mask[0]).sum())
+
+
+def _budgeted_loop(scores, cost, mask, group, budget, key):
+    """Per group, the eligible clients by descending score, equal scores in the order of
+    the op's random permutation, taken until the running cost exceeds the budget."""
+    n = scores.shape[0]
+    position = np.empty(n, int)
+    position[np.asarray(jax.random.permutation(key, n))] = np.arange(n)
+    selected = np.zeros(n, bool)
+    for g, limit in enumerate(budget):
+        members = [i for i in range(n) if mask[i] and group[i] == g]
+        spent = 0.0
+        for i in sorted(members, key=lambda i: (-scores[i], position[i])):
+            spent += cost[i]
+            if spent > limit:
+                break
+            selected[i] = True
+    return selected
+
+
+def _budgeted_instance(rng, n, num_groups):
+    # Scores with ties and -inf; costs and budgets in quarters, so that every running
+    # cost is exact in f32 whatever the order of the additions.
+    scores = rng.integers(0, 4, n).astype(np.float32)
+    scores[rng.random(n) < 0.1] = -np.inf
+    cost = rng.integers(0, 9, n) / 4
+    mask = rng.random(n) < 0.8
+    group = rng.integers(0, num_groups, n).astype(np.int32)
+    budget = rng.integers(0, 4 * n // num_groups + 1, num_groups) / 4
+    return scores, cost.astype(np.float32), mask, group, budget.astype(np.float32)
+
+
+@pytest.mark.parametrize("num_groups", [1, 3, 7])
+def test_grouped_budgeted_top_k_equals_a_loop(num_groups):
+    rng = np.random.default_rng(num_groups)
+    fn = jax.jit(ops.grouped_budgeted_top_k)
+    for trial in range(40):
+        scores, cost, mask, group, budget = _budgeted_instance(rng, 30, num_groups)
+        key = jax.random.PRNGKey(trial)
+        want = _budgeted_loop(scores, cost, mask, group, budget, key)
+        got = np.asarray(fn(scores, cost, mask, group, budget, key))
+        np.testing.assert_array_equal(got, want, err_msg=str(trial))
+        if num_groups == 1:
+            alone = ops.budgeted_top_k(scores, cost, mask, budget[0], key)
+            np.testing.assert_array_equal(np.asarray(alone), want, err_msg=str(trial))
+
+
+def test_budgeted_top_k_stops_at_the_first_client_over_budget():
+    # Best first: client 1 (cost 2), then client 0 (cost 3, over a budget of 4): the
+    # cheaper client 2 after it is not taken.
+    scores = jnp.array([2.0, 3.0, 1.0])
+    cost = jnp.array([3.0, 2.0, 1.0])
+    sel = ops.budgeted_top_k(scores, cost, jnp.ones(3, bool), 4.0, jax.random.PRNGKey(0))
+    np.testing.assert_array_equal(sel, [False, True, False])
+
+
+def test_budgeted_top_k_breaks_ties_uniformly():
+    # Six tied clients of cost 1 and a budget of 2: each of the 15 pairs equally often,
+    # in a batch of budgets per trial.
+    draws = 4500
+    keys = jax.random.split(jax.random.PRNGKey(11), draws)
+    fn = jax.vmap(
+        lambda r, b: ops.budgeted_top_k(jnp.ones(6), jnp.ones(6), jnp.ones(6, bool), b, r)
+    )
+    sel = np.asarray(jax.jit(fn)(keys, jnp.full(draws, 2.0)))
+    assert _uniform_enough(_subset_counts(sel, 6, 2))

@@ -1,0 +1,164 @@
+"""The XLA:CPU backend of the selection ops: its search, bit packing, deposit and Floyd's
+subsets against plain loops, and its batching rules against per-trial calls."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sel import ops
+from fedjax_sel.ops import _xla_cpu
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 100, 997, 1000, 1023, 1024, 1500])
+def test_kth_largest_matches_sorting(n):
+    # Counts from packed int32 sums below 1,024 keys (summed in 1, 3, 8, 5, 1, 8 and 3
+    # rows here), from an int8 product from there on: both against a sort, on keys with
+    # many ties, zeros (ineligible) and the extreme values, in one batch whose members
+    # settle after different numbers of passes; brackets over the whole range, with
+    # groups of zeros (no lower bound), narrow ones at the top of the range, and one
+    # key far above the rest.
+    rng = np.random.default_rng(n)
+    full_range = rng.integers(0, 2**32, n, dtype=np.uint64)
+    outlier = np.full(n, 1000)
+    outlier[n // 2] = 2**32 - 1
+    rows = [
+        full_range,
+        rng.integers(0, 4, n) * (2**30 + 7),
+        np.where(rng.random(n) < 0.5, 0, 2**32 - 1),
+        np.zeros(n),
+        np.full(n, 5),
+        np.where(np.arange(n) % 2 == 0, 0, full_range),
+        2**32 - 1 - rng.integers(0, 5, n),
+        outlier,
+    ]
+    keys = np.stack(rows).astype(np.uint32)
+    for k in sorted({1, max(1, n // 10), (n + 1) // 2, n}):
+        kth, count = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(keys)
+        got = list(zip(np.asarray(kth), np.asarray(count), strict=True))
+        # Unbatched, the search runs as a batch of one.
+        got[0] = jax.jit(lambda x, k=k: _xla_cpu._kth_largest(x, k))(keys[0])
+        for row, (got_kth, got_count) in zip(keys, got, strict=True):
+            want = np.sort(row)[::-1][k - 1]
+            want_count = int(np.sum(row >= want)) if want > 0 else 0
+            assert (int(got_kth), int(got_count)) == (int(want), want_count), (n, k, row[:8])
+
+
+def test_bit_words_packs_flags_least_significant_bit_first():
+    flags = np.zeros(64, bool)
+    flags[[0, 1, 7, 8, 31, 32, 63]] = True
+    got = np.asarray(jax.jit(_xla_cpu._bit_words)(jnp.asarray(flags)))
+    np.testing.assert_array_equal(got, np.array([0x80000183, 0x80000001], np.uint32))
+    # Against NumPy's bit packing, every byte pattern of four flags included, and a
+    # last partial word of every length.
+    rng = np.random.default_rng(5)
+    patterns = np.unpackbits(np.arange(16, dtype=np.uint8), bitorder="little")
+    patterns = patterns.reshape(16, 8)[:, :4].reshape(-1)
+    for n in (1, 5, 31, 32, 33, 64, 100, 1000, 1087):
+        flags = np.concatenate([patterns, rng.random(n) < 0.3])
+        padded = np.pad(flags, (0, -flags.size % 32))
+        want = np.packbits(padded, bitorder="little").view("<u4")
+        got = np.asarray(jax.jit(_xla_cpu._bit_words)(jnp.asarray(flags)))
+        np.testing.assert_array_equal(got, want, err_msg=str(n))
+        # Unpacking gives the flags back.
+        back = jax.jit(_xla_cpu._unpack, static_argnums=1)(jnp.asarray(got), flags.size)
+        np.testing.assert_array_equal(np.asarray(back), flags, err_msg=str(n))
+
+
+def test_deposit_places_bits_at_the_set_bits_of_the_mask():
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2**32, 3000, dtype=np.uint64).astype(np.uint32)
+    mask = rng.integers(0, 2**32, 3000, dtype=np.uint64).astype(np.uint32)
+    mask[:100] = 0
+    mask[100:200] = 0xFFFFFFFF
+    mask[200:232] = np.uint32(1) << np.arange(32, dtype=np.uint32)
+    mask[232:264] = np.uint32(0x80000000) >> np.arange(32, dtype=np.uint32)
+    mask[264:800] &= rng.integers(0, 2**32, 536, dtype=np.uint64).astype(np.uint32)
+    mask[800:1300] |= rng.integers(0, 2**32, 500, dtype=np.uint64).astype(np.uint32)
+
+    def deposit(x, m):
+        out, j = 0, 0
+        for i in range(32):
+            if m >> i & 1:
+                out |= (x >> j & 1) << i
+                j += 1
+        return out
+
+    want = np.array([deposit(int(x), int(m)) for x, m in zip(bits, mask, strict=True)], np.uint32)
+    got = np.asarray(jax.jit(_xla_cpu._deposit)(jnp.asarray(bits), jnp.asarray(mask)))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", [7, 32, 100, 1000])
+def test_random_tied_chooses_the_tied_clients_of_the_subset_ranks(n):
+    """The tied client of rank r (r tied clients before it) is chosen iff Floyd's
+    subset holds r: the per-word deposit against a plain loop over the clients."""
+    rng = np.random.default_rng(n)
+    batch, k = 16, max(1, n // 4)
+    tied = rng.random((batch, n)) < rng.random((batch, 1))
+    tied[0] = True
+    tied[1] = False
+    take = np.minimum(tied.sum(1), rng.integers(0, k + 1, batch)).astype(np.int32)
+    keys = jax.random.split(jax.random.PRNGKey(n), batch)
+
+    def chosen(t, size_take, key):
+        return _xla_cpu._random_tied(t, lambda size: size_take, key, k)
+
+    got = np.asarray(jax.jit(jax.vmap(chosen))(tied, take, keys))
+    for b in range(batch):
+        size = int(tied[b].sum())
+        subset = jax.jit(_xla_cpu._random_subset, static_argnums=(2, 4))(
+            jnp.int32(size), jnp.int32(take[b]), k, keys[b], n
+        )
+        ranks = np.unpackbits(np.asarray(subset).view(np.uint8), bitorder="little")
+        assert ranks.sum() == take[b] and not ranks[size:].any()
+        want = np.zeros(n, bool)
+        rank = 0
+        for i in range(n):
+            if tied[b, i]:
+                want[i] = ranks[rank] == 1
+                rank += 1
+        np.testing.assert_array_equal(got[b], want, err_msg=str(b))
+
+
+@pytest.mark.parametrize("ties", ["none", "some", "all"])
+def test_batched_backend_equals_per_trial_calls(ties):
+    """Under vmap the tie-break runs only in batches where some trial needs it; every
+    trial's selection must still equal the unbatched call's, bit for bit."""
+    rng = np.random.default_rng({"none": 0, "some": 1, "all": 2}[ties])
+    batch, n, k = 8, 12, 4
+    scores = rng.permutation(np.arange(batch * n)).reshape(batch, n).astype(np.float32)
+    mask = rng.random((batch, n)) < 0.8
+    mask[0, :] = False
+    mask[1, 2:] = False  # fewer eligible than k: nothing to break
+    if ties != "none":
+        tied_rows = range(2, batch) if ties == "all" else [5]
+        for i in tied_rows:
+            scores[i] = rng.integers(0, 3, n)
+            mask[i] = True
+    keys = jax.random.split(jax.random.PRNGKey(3), batch)
+    calls = {
+        "masked_top_k": (
+            lambda s, m, key: _xla_cpu.masked_top_k(s, m, k, key),
+            (scores, mask, keys),
+        ),
+        "top_k_mask": (lambda s, m: _xla_cpu.top_k_mask(s, m, k), (scores, mask)),
+        "uniform_subset": (
+            lambda m, key: _xla_cpu.uniform_subset(m, k, key),
+            (mask if ties != "none" else mask & (np.arange(n) < k), keys),
+        ),
+        "grouped_masked_top_k": (
+            lambda s, m, key: ops.grouped_masked_top_k(s, m, 2, key, 3),
+            (scores, mask, keys),
+        ),
+    }
+    for name, (fn, args) in calls.items():
+        batched = np.asarray(jax.jit(jax.vmap(fn))(*args))
+        looped = np.stack([np.asarray(jax.jit(fn)(*(a[i] for a in args))) for i in range(batch)])
+        np.testing.assert_array_equal(batched, looped, err_msg=name)
+        # The selections are the right size, whichever branch ran.
+        if name != "grouped_masked_top_k":
+            eligible = args[1] if name != "uniform_subset" else args[0]
+            np.testing.assert_array_equal(
+                batched.sum(1), np.minimum(k, np.asarray(eligible).sum(1)), err_msg=name
+            )
