@@ -95,3 +95,23 @@ def choice(name: str, value, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}.")
     return value
+
+
+def require(value, field: str, *, policy: str):
+    """Returns `value`, a `RoundInput` (or `Feedback`) field a policy reads, or raises if
+    the environment leaves it None.
+
+    Policies call it while they are traced (in `select` or `update`), so that a policy
+    run on an environment that lacks what it needs fails before anything runs:
+
+        context = validation.require(inp.context, "context", policy="rbcs_f")
+
+    Raises:
+      ValueError: naming the field and the policy.
+    """
+    if value is None:
+        raise ValueError(
+            f"policy {policy!r} reads RoundInput.{field}, which this environment does not "
+            f"provide (it is None); use an environment that fills it."
+        )
+    return value
