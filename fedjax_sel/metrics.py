@@ -40,8 +40,9 @@ class Metric(NamedTuple):
       per_round: `(stats, decision, counts) -> f32[]`, the round's value for one trial
         from its `RoundStats`, its `Decision` and the selections of each client so far,
         this round's included (`counts`, f32[N]); None for a per-trial total only.
-      cumulative: whether a running sum over the rounds is kept: the curve
-        `cumulative_<name>`, whose last value is the per-trial total of that name.
+      cumulative: whether a running sum over the rounds is kept (of a metric with
+        `per_round`): the curve `cumulative_<name>`, whose last value is the per-trial
+        total of that name.
       final: `(counts, num_rounds) -> f32[]`, a per-trial total named `name` from the
         selection counts after the last round (f32[N]); None for no such total.
       needs_oracle: whether the value reads `RoundStats.oracle_reward`.
@@ -96,16 +97,7 @@ METRICS = (
 )
 
 
-def _total_names(metric: Metric) -> tuple[str, ...]:
-    return (f"cumulative_{metric.name}",) * metric.cumulative + (metric.name,) * (
-        metric.final is not None
-    )
-
-
 # The per-trial totals `Results.table` shows unless told otherwise (those a run has).
-TABLE_TOTALS = tuple(name for m in METRICS if m.in_table for name in _total_names(m))
-
-
 class Layout(NamedTuple):
     """The metrics of one run: which of `METRICS`, and the optional ones.
 
@@ -138,6 +130,10 @@ class Layout(NamedTuple):
     @property
     def num_running_sums(self) -> int:
         return sum(m.cumulative for m in self.metrics)
+
+
+# The per-trial totals `Results.table` shows unless told otherwise (those a run has).
+TABLE_TOTALS = Layout(tuple(m for m in METRICS if m.in_table)).totals
 
 
 def layout(stats: RoundStats) -> Layout:
