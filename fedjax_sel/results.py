@@ -12,6 +12,8 @@ import platform
 
 import numpy as np
 
+from fedjax_sel import metrics
+
 # Two-sided 95% normal quantile, for confidence intervals of means over trials.
 Z95 = 1.959963984540054
 
@@ -66,15 +68,14 @@ class Results:
         return float(x.mean()), float(half)
 
     def table(self, totals: list[str] | None = None) -> str:
-        """A plain-text table: each policy's per-trial totals as mean +- 95% half-width."""
-        totals = totals or [
-            "cumulative_regret",
-            "cumulative_reward",
-            "cumulative_latency",
-            "cumulative_failed",
-            "jain_index",
-            "min_selection_fraction",
-        ]
+        """A plain-text table: each policy's per-trial totals as mean +- 95% half-width.
+
+        Args:
+          totals: the columns; None for those of `metrics.TABLE_TOTALS` the run has.
+        """
+        if totals is None:
+            have = set.intersection(*(set(t) for t in self.totals.values())) if self.totals else ()
+            totals = [name for name in metrics.TABLE_TOTALS if name in have]
         header = ["policy"] + totals
         rows = [header]
         for policy in self.policies:

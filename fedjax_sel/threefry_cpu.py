@@ -10,20 +10,25 @@ straight-line on every other platform, and upstream changed the CPU lowering to 
 same after measuring it faster to run and to compile (jax-ml/jax#37872), a change not
 yet in the JAX release this project pins.
 
-Importing `fedjax_sel` registers, for the CPU platform only, a straight-line lowering
-of the same hash for JAX's own `threefry2x32` primitive. The keys, the counters and the
-output words are unchanged, so every `jax.random` draw in the process gives the same
-bits as before (`tests/test_threefry_cpu.py` checks known-answer vectors of the
-reference implementation and compares draws with a process that did not import
-`fedjax_sel`). What changes is speed: 1,000 trials drawing one Bernoulli reward per
+`register` (called by `fedjax_sel.configure_cpu`, never on import) registers, for the
+CPU platform only, a straight-line lowering of the same hash for JAX's own
+`threefry2x32` primitive, if the installed JAX lowers it as a loop; with a JAX that
+does not, it changes nothing. The keys, the counters and the output words are
+unchanged, so every `jax.random` draw in the process gives the same bits as before
+(`tests/test_threefry_cpu.py` checks known-answer vectors of the reference
+implementation and compares draws with a process that did not register it). What
+changes is speed: 1,000 trials drawing one Bernoulli reward per
 client and round cost 0.62 ms a round through the loop and 0.14 ms straight-line at
 N=100, 1.71 ms and 0.83 ms at N=1,000 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
-from jax.extend.random import threefry2x32_p
+from absl import logging
+from jax.extend.random import threefry2x32_p, threefry_2x32
 from jax.interpreters import mlir
 
 # Rotation constants of the even and odd blocks of four rounds, and the key-schedule
@@ -54,6 +59,42 @@ def threefry2x32(key1, key2, count1, count2):
     return x1, x2
 
 
-mlir.register_lowering(
-    threefry2x32_p, mlir.lower_fun(threefry2x32, multiple_results=True), platform="cpu"
-)
+def jax_lowers_it_as_a_loop() -> bool:
+    """Whether JAX's own CPU lowering of `threefry2x32` is a `while` loop (JAX 0.10 and
+    earlier), from the StableHLO text of a tiny hash lowered for CPU. Starts JAX's
+    backends, as any computation does."""
+    words = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    lowered = jax.jit(threefry_2x32).trace(words, words).lower(lowering_platforms=("cpu",))
+    return "stablehlo.while" in lowered.as_text()
+
+
+_registered = False
+
+
+def register() -> bool:
+    """Registers the straight-line CPU lowering of `threefry2x32` for the whole process,
+    if JAX's own is a loop (`jax_lowers_it_as_a_loop`), and logs which.
+
+    Programs compiled afterwards use it; draws are unchanged either way.
+
+    Returns:
+      Whether the straight-line lowering is in use.
+    """
+    global _registered
+    if _registered:
+        return True
+    if not jax_lowers_it_as_a_loop():
+        logging.info(
+            "JAX %s lowers threefry2x32 on CPU without a loop: its own lowering is kept.",
+            jax.__version__,
+        )
+        return False
+    mlir.register_lowering(
+        threefry2x32_p, mlir.lower_fun(threefry2x32, multiple_results=True), platform="cpu"
+    )
+    _registered = True
+    logging.info(
+        "JAX %s lowers threefry2x32 on CPU as a loop: registered the straight-line lowering.",
+        jax.__version__,
+    )
+    return True

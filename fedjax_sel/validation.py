@@ -145,3 +145,23 @@ def check_fairness(fairness, num_selected: int, availability) -> np.ndarray:
             f"clients E[min(N, |A|)] = {capacity:g}: infeasible."
         )
     return c
+
+
+def require(value, field: str, *, policy: str):
+    """Returns `value`, a `RoundInput` (or `Feedback`) field a policy reads, or raises if
+    the environment leaves it None.
+
+    Policies call it while they are traced (in `select` or `update`), so that a policy
+    run on an environment that lacks what it needs fails before anything runs:
+
+        context = validation.require(inp.context, "context", policy="rbcs_f")
+
+    Raises:
+      ValueError: naming the field and the policy.
+    """
+    if value is None:
+        raise ValueError(
+            f"policy {policy!r} reads RoundInput.{field}, which this environment does not "
+            f"provide (it is None); use an environment that fills it."
+        )
+    return value

@@ -339,7 +339,7 @@ def _define_flags() -> None:
 
 def main(argv):
     del argv
-    fedjax_sel.use_all_cpu_cores()
+    fedjax_sel.configure_cpu()
     f = flags.FLAGS
     if f.prng_impl is not None:
         jax.config.update("jax_default_prng_impl", f.prng_impl)

@@ -40,7 +40,7 @@ _OUTPUT = flags.DEFINE_string("output", "out/bench/memory.json", "Where the JSON
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    fedjax_sel.use_all_cpu_cores()
+    fedjax_sel.configure_cpu()
     n = _NUM_CLIENTS.value
     k = n // 10
     env = envs.bernoulli(n, k)

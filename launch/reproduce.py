@@ -44,7 +44,7 @@ _DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data directory of --data
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    fedjax_sel.use_all_cpu_cores()
+    fedjax_sel.configure_cpu()
     if _PAPER.value is None or _FIGURE.value is None:
         raise app.UsageError(
             f"--paper and --figure are required; papers: {', '.join(reproductions.papers())}."

@@ -125,7 +125,7 @@ def run(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    fedjax_sel.use_all_cpu_cores()
+    fedjax_sel.configure_cpu()
     rounds_per_chunk = _ROUNDS_PER_CHUNK.value or max(1, _NUM_ROUNDS.value // 10)
     if _ROUNDS_PER_CHUNK.value is None and _NUM_ROUNDS.value >= 1:
         rounds_per_chunk = min(rounds_per_chunk, _NUM_ROUNDS.value)

@@ -36,7 +36,7 @@ K, N = 20, 5  # the Figure 1 setting
 
 def main(argv):
     del argv
-    fedjax_sel.use_all_cpu_cores()
+    fedjax_sel.configure_cpu()
     trials, rounds = _NUM_TRIALS.value, _NUM_ROUNDS.value
     env = wireless_latency(K, N, preset=_PRESET.value)
     start = time.perf_counter()

@@ -13,13 +13,14 @@ N, K = 10, 2
 
 def test_trial_memory_bytes_by_hand():
     # Bernoulli env state (means, availability f32[N], the oracle's value f32[]) = 8N + 4
-    # bytes, UCB state (counts, sums) 8N, running totals 4N + 5 scalars: the carry is
-    # 20N + 24 bytes. A round materialises t (4) + available (N), the decision (N), the new
-    # UCB state (8N), and the step's feedback (observed N, reward 4N, latency 4N,
-    # success N), env state (8N + 4) and 5 f32 statistics (20): 28N + 28 bytes.
+    # bytes, UCB state (counts, sums) 8N, running totals 4N + 6 scalars (5 sums and the
+    # largest cohort): the carry is 20N + 28 bytes. A round materialises t (4) + available
+    # (N), the decision (N), the new UCB state (8N), and the step's feedback (observed N,
+    # reward 4N, latency 4N, success N), env state (8N + 4) and 5 f32 statistics (20):
+    # 28N + 28 bytes.
     # Estimate: 2 * carry + 2 * round.
     env, ucb = envs.bernoulli(N, K), bandits.ucb(N, K)
-    assert runner.trial_memory_bytes(env, ucb) == 2 * (20 * N + 24) + 2 * (28 * N + 28)
+    assert runner.trial_memory_bytes(env, ucb) == 2 * (20 * N + 28) + 2 * (28 * N + 28)
 
 
 def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_trials():
@@ -120,15 +121,15 @@ def test_device_block_by_hand(chunk, num_devices, expected):
 def test_device_blocks_must_fit_the_bound():
     # Five trials fitting 5 on 3 devices: a chunk of 4 runs 3 blocks of 2 (6 > 5); a
     # chunk of 2 runs blocks of 1: 3 chunks of 3 + 64 = 201, against 5 * 67 for 1.
-    assert runner._least_padded_chunk(5, 5, 3) == 2
-    assert runner._least_padded_chunk(5, 5, 1) == 4  # 2 * 68 = 136, against 3 * 66
+    assert runner.chunking.least_padded_chunk(5, 5, 3) == 2
+    assert runner.chunking.least_padded_chunk(5, 5, 1) == 4  # 2 * 68 = 136, against 3 * 66
 
 
 def test_cpu_chunk_is_the_default_on_cpu(monkeypatch):
     # With a bound of 64 client-trials, N = 10 allows 6 trials: 4 (2 chunks of 7 trials
     # cost 2 * 68 = 136, against 4 * 66 = 264 for chunks of 2). A budget that fits 2
     # trials is smaller still, and wins.
-    monkeypatch.setattr(runner, "CPU_CHUNK_CLIENT_TRIALS", 64)
+    monkeypatch.setattr(runner.chunking, "CPU_CHUNK_CLIENT_TRIALS", 64)
     env, sel = envs.bernoulli(N, K), bandits.ucb(N, K)
     default = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None)
     assert default.config["trials_per_chunk"] == 4

@@ -262,9 +262,10 @@ def test_results_do_not_depend_on_device_count():
             np.testing.assert_array_equal(a.selection_fraction["policy"],
                                           r.selection_fraction["policy"])
         mesh = jax.sharding.Mesh(np.array(jax.devices()), ("trials",))
-        options = runner._compiler_options("cpu")
-        init, rounds, _ = runner._program(env, sel, (), (), options, mesh)  # simulate's own
-        keys = runner._keys(0)
+        options = runner.programs.compiler_options("cpu")
+        keys = runner.programs.keys(0)
+        layout = runner.programs.metric_layout(env, keys)
+        init, rounds, _ = runner.programs.programs(env, sel, layout, options, mesh)  # simulate's
         ids = jax.device_put(np.arange(8, dtype=np.int32),
                              jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("trials")))
         hlo = rounds.lower(init(keys, ids), keys, ids, ids < 8, np.arange(1, 3)).compile().as_text()
@@ -293,14 +294,14 @@ def test_results_do_not_depend_on_device_count():
 @pytest.mark.parametrize(
     "variables, call, expected",
     [
-        ({}, "use_all_cpu_cores(3)", 3),
-        ({}, "use_all_cpu_cores()", len(os.sched_getaffinity(0))),
+        ({}, "configure_cpu(3)", 3),
+        ({}, "configure_cpu()", len(os.sched_getaffinity(0))),
         # A number chosen already wins over the number of cores.
-        ({"JAX_NUM_CPU_DEVICES": "2"}, "use_all_cpu_cores()", 2),
-        ({"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}, "use_all_cpu_cores()", 4),
+        ({"JAX_NUM_CPU_DEVICES": "2"}, "configure_cpu()", 2),
+        ({"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}, "configure_cpu()", 4),
     ],
 )
-def test_use_all_cpu_cores_before_jax_starts(variables, call, expected):
+def test_configure_cpu_before_jax_starts(variables, call, expected):
     # Importing the library and the launch scripts computes nothing, so the call works.
     script = (
         f"import bandits, fedjax_sel, jax, launch.bench, launch.reproduce\n"
@@ -309,19 +310,100 @@ def test_use_all_cpu_cores_before_jax_starts(variables, call, expected):
     assert _python(script, **variables).split() == [str(expected)]
 
 
-def test_use_all_cpu_cores_after_jax_started_changes_nothing(caplog):
+def test_configure_cpu_after_jax_started_keeps_the_devices(caplog):
     before = jax.device_count("cpu")
     jnp.zeros(1).block_until_ready()
-    fedjax_sel.use_all_cpu_cores(before + 1)
+    fedjax_sel.configure_cpu(before + 1)
     assert jax.device_count("cpu") == before
-    assert "Call use_all_cpu_cores() before any JAX computation" in caplog.text
+    assert "Call configure_cpu() before any JAX computation" in caplog.text
     with pytest.raises(ValueError, match="num_devices"):
-        fedjax_sel.use_all_cpu_cores(0)
+        fedjax_sel.configure_cpu(0)
+
+
+def test_importing_the_library_loads_no_training_or_plotting_library():
+    # Needs `fedjax_sel.envs` to import its training environment lazily.
+    heavy = ("flax", "optax", "tensorflow_datasets", "matplotlib", "scipy")
+    script = f"import sys, fedjax_sel, bandits\nprint([m for m in {heavy!r} if m in sys.modules])"
+    assert _python(script).split() == ["[]"]
+
+
+def _notes(e):
+    return " ".join(getattr(e, "__notes__", ()))
 
 
 def test_a_policy_that_does_not_fit_the_env_fails_before_anything_runs():
     calls = []
     policies = {"ucb": bandits.ucb(N, K), "rbcs_f": bandits.rbcs_f(N, K, fairness_rate=0.1)}
-    with pytest.raises(ValueError, match="policy 'rbcs_f' does not fit this environment"):
+    with pytest.raises(ValueError, match="reads RoundInput.context") as info:
         fedjax_sel.simulate(policies, _env(), 5, 2, progress=lambda *a: calls.append(a))
     assert calls == []  # not even the first policy ran
+    if sys.version_info >= (3, 11):
+        assert "policy 'rbcs_f'" in _notes(info.value)
+
+
+def _selector(select):
+    return fedjax_sel.Selector(
+        init=lambda key: jnp.zeros(()), select=select, update=lambda state, dec, fb: state
+    )
+
+
+def test_a_missing_round_input_field_names_the_field_and_the_policy():
+    def select(state, inp, key):
+        context = fedjax_sel.validation.require(inp.context, "context", policy="needs_context")
+        return fedjax_sel.Decision(context[:, 0] > 0), state
+
+    with pytest.raises(ValueError, match="policy 'needs_context' reads RoundInput.context"):
+        fedjax_sel.simulate({"p": _selector(select)}, _env(), 5, 2, progress=None)
+    assert fedjax_sel.validation.require(3, "context", policy="p") == 3
+
+
+def test_a_bug_in_a_policy_keeps_its_own_exception_and_traceback():
+    def buggy_select(state, inp, key):
+        return fedjax_sel.Decision(inp.available & jnp.ones(N + 1, bool)), state
+
+    with pytest.raises(TypeError, match="incompatible shapes") as info:
+        fedjax_sel.simulate({"buggy": _selector(buggy_select)}, _env(), 5, 2, progress=None)
+    assert any(entry.name == "buggy_select" for entry in info.traceback)
+    if sys.version_info >= (3, 11):
+        assert "policy 'buggy'" in _notes(info.value)
+
+
+def _with_cohort(env, num_selected):
+    """`env` with a cohort size, whether or not `Env` has the field."""
+    if "num_selected" in fedjax_sel.Env._fields:
+        return env._replace(num_selected=num_selected)
+    return type("EnvWithCohort", (fedjax_sel.Env,), {"num_selected": num_selected})(*env)
+
+
+def test_a_policy_that_selects_more_than_the_cohort_is_refused():
+    def select_everyone(state, inp, key):
+        return fedjax_sel.Decision(inp.available | (inp.t > 3)), state  # N > K from round 4
+
+    env = _with_cohort(_env(), K)
+    assert fedjax_sel.simulate({"ucb": bandits.ucb(N, K)}, env, 5, 3, progress=None)
+    with pytest.raises(
+        ValueError,
+        match=rf"policy 'greedy' selected {N} clients in a round.*"
+        rf"num_selected={K}",
+    ):
+        fedjax_sel.simulate({"greedy": _selector(select_everyone)}, env, 5, 3, progress=None)
+
+
+def test_an_environment_without_oracle_reward_has_no_regret_metrics():
+    base = _env()
+
+    def step(state, inp, decision, key):
+        feedback, state, stats = base.step(state, inp, decision, key)
+        return feedback, state, stats._replace(oracle_reward=None)
+
+    env = base._replace(step=step, oracle=None)
+    res = fedjax_sel.simulate(_policies(), env, 7, 3, progress=None)
+    for policy in res.policies:
+        assert not any("regret" in name for name in res.curves[policy])
+        assert not any("regret" in name for name in res.totals[policy])
+        assert res.totals[policy]["cumulative_reward"].shape == (3,)
+    assert "regret" not in res.table() and "cumulative_reward" in res.table()
+    # The other metrics are those of the same run with an oracle.
+    with_oracle = fedjax_sel.simulate(_policies(), base, 7, 3, progress=None)
+    for name, c in res.curves["ucb"].items():
+        np.testing.assert_array_equal(c["mean"], with_oracle.curves["ucb"][name]["mean"])

@@ -1,17 +1,19 @@
-"""The straight-line threefry lowering: the same bits as JAX's own, and actually in use."""
+"""The straight-line threefry lowering: the same bits as JAX's own, registered only by
+`fedjax_sel.configure_cpu()` and only where JAX lowers the hash as a loop."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.extend.random import threefry_2x32
 
 from fedjax_sel import threefry_cpu
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Known answers of the Random123 reference implementation of Threefry-2x32-20
 # (kat_vectors: key, counter, output).
@@ -26,8 +28,9 @@ _DRAWS = textwrap.dedent(
     """
     import json, sys
     import jax, jax.numpy as jnp, numpy as np
-    if sys.argv[1] == "patched":
-        import fedjax_sel  # noqa: F401
+    import fedjax_sel
+    if sys.argv[1] == "configured":
+        fedjax_sel.configure_cpu()
     out = {}
     for seed in (0, 1, 12345):
         key = jax.random.PRNGKey(seed)
@@ -42,12 +45,43 @@ _DRAWS = textwrap.dedent(
     """
 )
 
+# Whether the compiled CPU program of a draw has a loop, and the known answers of the
+# primitive as jitted, after the set-up named by argv[1].
+_LOWERING = textwrap.dedent(
+    """
+    import json, sys
+    import jax, numpy as np
+    from absl import logging
+    from jax.extend.random import threefry_2x32
+    import bandits, fedjax_sel
+    from fedjax_sel import threefry_cpu
+    logging.set_verbosity(logging.INFO)
+    if sys.argv[1] == "configured":
+        fedjax_sel.configure_cpu()
+    elif sys.argv[1] == "no loop in jax":
+        threefry_cpu.jax_lowers_it_as_a_loop = lambda: False
+        fedjax_sel.configure_cpu()
+    hlo = jax.jit(lambda key: jax.random.bits(key, (64,))).lower(jax.random.PRNGKey(0))
+    answers = [[int(w) for w in jax.jit(threefry_2x32)(np.uint32(k), np.uint32(c))]
+               for k, c in json.loads(sys.argv[2])]
+    print(json.dumps({"loop": "while" in hlo.compile().as_text(), "answers": answers}))
+    """
+)
 
-def _draws(mode):
+
+def _python(script, *args):
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     result = subprocess.run(
-        [sys.executable, "-c", _DRAWS, mode], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
     )
-    return json.loads(result.stdout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout), result.stderr
 
 
 @pytest.mark.parametrize("key,count,expected", _KNOWN_ANSWERS)
@@ -56,20 +90,27 @@ def test_known_answers(key, count, expected):
     count = np.uint32(count)
     straight = threefry_cpu.threefry2x32(*map(jnp.asarray, (key[0], key[1], count[0], count[1])))
     assert tuple(int(w) for w in straight) == expected
-    # The primitive, jitted on this (CPU) backend, goes through the registered lowering.
-    lowered = jax.jit(threefry_2x32)(key, count)
-    assert tuple(int(w) for w in lowered) == expected
 
 
-def test_draws_equal_those_of_jax_without_the_lowering():
-    stock = _draws("stock")
-    patched = _draws("patched")
-    assert stock.keys() == patched.keys()
+def test_draws_equal_with_and_without_configure_cpu():
+    stock, _ = _python(_DRAWS, "imported")
+    configured, _ = _python(_DRAWS, "configured")
+    assert stock.keys() == configured.keys()
     for name in stock:
-        assert stock[name] == patched[name], name
+        assert stock[name] == configured[name], name
 
 
-def test_cpu_lowering_has_no_loop():
-    hlo = jax.jit(lambda key: jax.random.bits(key, (64,))).lower(jax.random.PRNGKey(0))
-    text = hlo.compile().as_text()
-    assert "while" not in text
+def test_registered_by_configure_cpu_only_where_jax_lowers_a_loop():
+    pairs = json.dumps([[key, count] for key, count, _ in _KNOWN_ANSWERS])
+    expected = [list(answer) for _, _, answer in _KNOWN_ANSWERS]
+    # JAX 0.10 (the pinned range) lowers the hash as a loop on CPU; importing the library
+    # leaves it so.
+    imported, _ = _python(_LOWERING, "imported", pairs)
+    assert imported == {"loop": True, "answers": expected}
+    configured, log = _python(_LOWERING, "configured", pairs)
+    assert configured == {"loop": False, "answers": expected}
+    assert "registered the straight-line lowering" in log
+    # Where JAX has no loop to remove, the call keeps JAX's lowering.
+    kept, log = _python(_LOWERING, "no loop in jax", pairs)
+    assert kept == {"loop": True, "answers": expected}
+    assert "its own lowering is kept" in log

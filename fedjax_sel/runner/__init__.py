@@ -1,0 +1,315 @@
+"""The Monte Carlo runner: `lax.scan` over rounds, `vmap` over trials, chunked and resumable.
+
+`simulate` checks its arguments, chooses how many trials run at once
+(`chunking`), builds and checks each policy's compiled programs (`programs`, where the
+random streams are documented), then runs them chunk after chunk, summing the metrics
+of `fedjax_sel.metrics` over trials in a fixed order (`reduction`: results do not
+depend on chunking or on the number of devices), saving progress between chunks
+(`checkpoints`).
+
+Memory is O(T * metrics + M * N): per-trial totals are kept, per-round curves only as
+sums over trials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from fedjax_sel import metrics, validation
+from fedjax_sel.results import Results
+from fedjax_sel.runner import checkpoints, chunking, programs
+from fedjax_sel.runner.chunking import (
+    CHUNK_COST_TRIALS,
+    CPU_CHUNK_CLIENT_TRIALS,
+    CPU_CORE_CHUNK_CLIENT_TRIALS,
+    cpu_trials_per_chunk,
+    device_block,
+    trial_memory_bytes,
+    trials_per_chunk_for_budget,
+)
+from fedjax_sel.runner.programs import COMPILER_OPTIONS
+from fedjax_sel.runner.reduction import tree_sum
+from fedjax_sel.types import Env, Selector
+
+__all__ = [
+    "CHUNK_COST_TRIALS",
+    "COMPILER_OPTIONS",
+    "CPU_CHUNK_CLIENT_TRIALS",
+    "CPU_CORE_CHUNK_CLIENT_TRIALS",
+    "cpu_trials_per_chunk",
+    "device_block",
+    "simulate",
+    "tree_sum",
+    "trial_memory_bytes",
+    "trials_per_chunk_for_budget",
+]
+
+
+def _log_progress(policy: str, done: int, total: int) -> None:
+    logging.info("%s: %d/%d trial-rounds (%.0f%%)", policy, done, total, 100.0 * done / total)
+
+
+def simulate(
+    policies: Selector | Mapping[str, Selector],
+    env: Env,
+    num_rounds: int,
+    num_trials: int,
+    seed: int = 0,
+    trials_per_chunk: int | None = None,
+    rounds_per_chunk: int | None = None,
+    checkpoint_dir: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    progress: Callable[[str, int, int], None] | None = _log_progress,
+    devices: list | None = None,
+    memory_budget_bytes: int | None = None,
+) -> Results:
+    """Runs `num_trials` independent trials of each policy for `num_rounds` rounds.
+
+    Args:
+      policies: a `Selector`, or a mapping from names to selectors, compared on the
+        same environment draws (common random numbers).
+      env: the environment.
+      num_rounds: T >= 1.
+      num_trials: M >= 1.
+      seed: the seed of every random stream (see the module docstring).
+      trials_per_chunk: trials run at once, a power of two (memory bound); None runs
+        all M at once on one accelerator, the chunk that pads least on several
+        (`chunking.least_padded_chunk`), and on CPU devices chunks that stay in cache
+        (`cpu_trials_per_chunk`). On several devices, each runs a power-of-two block of
+        the chunk (`device_block`). The size used is recorded as `trials_per_chunk` in
+        the results' config. Results do not depend on it.
+      rounds_per_chunk: rounds per compiled call (progress, checkpoints); None runs all
+        T at once. Results do not depend on it.
+      checkpoint_dir: where progress is saved after every chunk and resumed from; a
+        directory written by a different configuration, or on another number of
+        devices, is refused.
+      config: JSON-serialisable description of the run (env and policy parameters),
+        kept in the results and compared on resume.
+      progress: called as `progress(policy, trial_rounds_done, trial_rounds_total)`
+        after every chunk; None for silence.
+      devices: devices to shard the trial axis over, at most one per trial; None uses
+        all of `jax.devices()`. Results do not depend on them. JAX makes one CPU device
+        unless told otherwise; one per core runs faster (`fedjax_sel.configure_cpu`).
+      memory_budget_bytes: if given (and `trials_per_chunk` is not), the trials run in
+        chunks of a power of two whose estimated memory (over all `devices` together)
+        fits this many bytes (see `trials_per_chunk_for_budget`), and no larger than the
+        CPU chunk on CPU devices. Results do not depend on it.
+
+    Returns:
+      `Results` with per-round curves (mean and std over trials) and per-trial totals,
+      named as in `fedjax_sel.metrics`.
+
+    Raises:
+      ValueError: on bad arguments; when a policy selects more clients in a round than
+        the environment's cohort (`env.num_selected`, where the environment has one).
+      Whatever a policy raises while it is traced, before anything runs, with its own
+      type and traceback (and, on Python >= 3.11, a note naming the policy).
+    """
+    policies = _checked_policies(policies, env)
+    num_rounds = validation.positive_int("num_rounds", num_rounds)
+    num_trials = validation.positive_int("num_trials", num_trials)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}.")
+    rounds_per_chunk = validation.int_in_range(
+        "rounds_per_chunk", rounds_per_chunk or num_rounds, 1, num_rounds
+    )
+    config = dict(config or {})
+    try:
+        json.dumps(config)
+    except TypeError as e:
+        raise ValueError(f"config must be JSON-serialisable: {e}") from None
+    # A device with no trial of its own would only compute padding.
+    devices = list(devices or jax.devices())[:num_trials]
+    num_devices = len(devices)
+    trials_per_chunk = _trials_per_chunk(
+        policies, env, num_rounds, num_trials, trials_per_chunk, memory_budget_bytes, devices
+    )
+
+    keys = programs.keys(int(seed))
+    layout = programs.metric_layout(env, keys)
+    run_config = {
+        "policies": list(policies),
+        "num_clients": env.num_clients,
+        "num_rounds": num_rounds,
+        "num_trials": num_trials,
+        "seed": int(seed),
+        "trials_per_chunk": trials_per_chunk,
+        "metrics": list(layout.curves),
+        "config": config,
+    }
+    if checkpoint_dir is not None:
+        # A chunk's saved state holds the trials of its devices' blocks.
+        checkpoints.check_config(checkpoint_dir, {**run_config, "num_devices": num_devices})
+
+    mesh = Mesh(np.asarray(devices), ("trials",))
+    keys = jax.device_put(keys, NamedSharding(mesh, PartitionSpec()))
+    plan = _Plan(
+        env,
+        keys,
+        mesh,
+        layout,
+        num_rounds,
+        num_trials,
+        min(trials_per_chunk or num_trials, num_trials),
+        rounds_per_chunk,
+    )
+    options = programs.compiler_options(devices[0].platform)
+    sim_size = chunking.simulated_trials(plan.chunk, num_devices)
+    compiled = {
+        name: programs.checked_programs(name, keys, sim_size, env, sel, layout, options, mesh)
+        for name, sel in policies.items()
+    }
+
+    curves, totals, fractions = {}, {}, {}
+    for name, policy_programs in compiled.items():
+        path = checkpoint_dir and os.path.join(checkpoint_dir, f"policy_{name}.npz")
+        state = _run_policy(name, policy_programs, plan, path, progress)
+        curve_sums, count_sums = state.stack.total()
+        mean = curve_sums[..., 0].astype(np.float64) / num_trials
+        second = curve_sums[..., 1].astype(np.float64) / num_trials
+        std = np.sqrt(np.maximum(second - mean * mean, 0.0))
+        curves[name] = {
+            metric: {"mean": mean[:, i], "std": std[:, i]} for i, metric in enumerate(layout.curves)
+        }
+        per_trial = np.concatenate(state.per_trial)
+        totals[name] = {total: per_trial[:, i] for i, total in enumerate(layout.totals)}
+        fractions[name] = count_sums.astype(np.float64) / (num_trials * num_rounds)
+
+    return Results(
+        config=run_config,
+        curves=curves,
+        totals=totals,
+        selection_fraction=fractions,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+
+
+def _checked_policies(policies, env: Env) -> dict[str, Selector]:
+    """`policies` as a mapping name -> Selector, checked against `env`."""
+    if isinstance(policies, Selector):
+        policies = {"policy": policies}
+    if not isinstance(policies, Mapping) or not policies:
+        raise ValueError("policies must be a Selector or a non-empty mapping name -> Selector.")
+    for name, sel in policies.items():
+        if not isinstance(name, str) or not isinstance(sel, Selector):
+            raise ValueError(f"policies must map names (str) to Selectors; got {name!r}: {sel!r}.")
+        if sel.privileged and env.oracle is None:
+            raise ValueError(f"policy {name!r} needs env.oracle, which this environment lacks.")
+    if not isinstance(env, Env):
+        raise ValueError(f"env must be a fedjax_sel.Env, got {type(env).__name__}.")
+    return dict(policies)
+
+
+def _trials_per_chunk(
+    policies, env, num_rounds, num_trials, trials_per_chunk, memory_budget_bytes, devices
+) -> int | None:
+    """The trial chunk `simulate` runs (its docstring says how it is chosen); None for all
+    trials at once."""
+    if trials_per_chunk is not None:
+        trials_per_chunk = validation.positive_int("trials_per_chunk", trials_per_chunk)
+        if trials_per_chunk & (trials_per_chunk - 1):
+            raise ValueError(
+                f"trials_per_chunk must be a power of two (it keeps results independent of "
+                f"chunking), got {trials_per_chunk}."
+            )
+        if memory_budget_bytes is not None:
+            raise ValueError("give trials_per_chunk or memory_budget_bytes, not both.")
+        return trials_per_chunk
+    num_devices = len(devices)
+    if memory_budget_bytes is not None:
+        memory_budget_bytes = validation.positive_int("memory_budget_bytes", memory_budget_bytes)
+        trials_per_chunk = trials_per_chunk_for_budget(
+            policies, env, num_rounds, num_trials, memory_budget_bytes, num_devices
+        )
+    if all(device.platform == "cpu" for device in devices):
+        cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, num_devices)
+        return min(trials_per_chunk or cpu_chunk, cpu_chunk)
+    if trials_per_chunk is None and num_devices > 1:
+        # Devices run power-of-two blocks: chunks that pad least, with no memory bound.
+        everything = chunking.simulated_trials(num_trials, num_devices)
+        return chunking.least_padded_chunk(everything, num_trials, num_devices)
+    return trials_per_chunk
+
+
+class _Plan(NamedTuple):
+    """What every policy's run shares."""
+
+    env: Env
+    keys: programs.Keys  # replicated over the mesh
+    mesh: Mesh
+    layout: metrics.Layout
+    num_rounds: int
+    num_trials: int
+    chunk: int  # trials per chunk, padding excluded
+    rounds_per_chunk: int
+
+
+def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoints.Progress:
+    """Runs every chunk of trials of one policy (resuming from the checkpoint at `path`,
+    if any) and returns where it stands at the end: the joined sums and the totals."""
+    init_carry, run_rounds, finish = policy_programs
+    keys, chunk, num_rounds, num_trials = plan.keys, plan.chunk, plan.num_rounds, plan.num_trials
+    sharded = NamedSharding(plan.mesh, PartitionSpec("trials"))
+    sim_size = chunking.simulated_trials(chunk, plan.mesh.size)
+    num_chunks = -(-num_trials // chunk)
+    cohort = getattr(plan.env, "num_selected", None)
+    resume = path and os.path.exists(path)
+    state = checkpoints.load_progress(path) if resume else checkpoints.Progress()
+    while state.chunk < num_chunks:
+        start = state.chunk * chunk
+        ids = np.arange(start, start + sim_size)
+        trial_ids = jax.device_put(ids.astype(np.int32), sharded)
+        valid = jax.device_put(ids < min(start + chunk, num_trials), sharded)
+        if state.carry_leaves is not None:
+            treedef = jax.tree.structure(jax.eval_shape(init_carry, keys, trial_ids))
+            carry = jax.device_put(jax.tree.unflatten(treedef, state.carry_leaves), sharded)
+        else:
+            carry = init_carry(keys, trial_ids)
+            state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2), np.float32)
+        while state.next_round <= num_rounds:
+            t0 = state.next_round
+            length = min(plan.rounds_per_chunk, num_rounds - t0 + 1)
+            rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
+            carry, sums = run_rounds(carry, keys, trial_ids, valid, rounds)
+            state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums))
+            state.next_round = t0 + length
+            if path and state.next_round <= num_rounds:
+                state.carry_leaves = [np.asarray(x) for x in jax.tree.leaves(carry)]
+                checkpoints.save_progress(path, state)
+            if progress is not None:
+                in_chunk = min(chunk, num_trials - start)
+                done = start * num_rounds + in_chunk * (state.next_round - 1)
+                progress(name, done, num_trials * num_rounds)
+        per_trial, chunk_counts, largest_cohort = finish(carry, valid, jnp.float32(num_rounds))
+        valid = np.asarray(valid)
+        if cohort is not None:
+            _check_cohort(name, np.asarray(largest_cohort)[valid], cohort)
+        state.per_trial.append(np.asarray(per_trial)[valid])
+        state.stack.push((state.curve, tree_sum(np.asarray(chunk_counts))))
+        state.chunk += 1
+        state.next_round = 1
+        state.carry_leaves = None
+        if path:
+            checkpoints.save_progress(path, state)
+    return state
+
+
+def _check_cohort(name: str, largest_cohort: np.ndarray, num_selected: int) -> None:
+    """Raises if a trial's policy selected more than `num_selected` clients in a round
+    (`largest_cohort`, f32[trials] of the chunk), which would make the regret negative."""
+    largest = int(largest_cohort.max(initial=0))
+    if largest > num_selected:
+        raise ValueError(
+            f"policy {name!r} selected {largest} clients in a round; the environment's "
+            f"cohort is num_selected={num_selected}."
+        )

@@ -1,0 +1,183 @@
+"""The compiled programs of one policy: initial carry, rounds, per-trial totals.
+
+Randomness (common random numbers). From `seed` come four independent streams:
+  - instance: trial m's environment is `env.reset(fold_in(k_reset, m))`;
+  - environment: round t of trial m uses `fold_in(fold_in(k_env, m), t)`;
+  - policy init: `selector.init(fold_in(k_init, m))`;
+  - policy: round t of trial m uses `fold_in(fold_in(k_policy, m), t)`.
+None depends on which policy runs, so every policy faces the same instances, channels
+and availability, and two copies of one policy give identical numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh, PartitionSpec
+
+from fedjax_sel import metrics
+from fedjax_sel.runner.reduction import exact_square, tree_sum
+from fedjax_sel.types import Decision, Env, Selector
+
+
+class Keys(NamedTuple):
+    reset: chex.PRNGKey
+    env: chex.PRNGKey
+    init: chex.PRNGKey
+    policy: chex.PRNGKey
+
+
+def keys(seed: int) -> Keys:
+    return Keys(*jax.random.split(jax.random.PRNGKey(seed), 4))
+
+
+def metric_layout(env: Env, run_keys: Keys) -> metrics.Layout:
+    """The metrics `env` reports (`metrics.layout` of its `RoundStats`), from shapes."""
+    state = jax.eval_shape(env.reset, run_keys.reset)
+    inp = jax.eval_shape(env.observe, state, 1, run_keys.env)
+    dec = jax.eval_shape(env.oracle, state, inp) if env.oracle is not None else None
+    if dec is None:
+        dec = Decision(jax.ShapeDtypeStruct((env.num_clients,), jnp.bool_))
+    _, _, stats = jax.eval_shape(env.step, state, inp, dec, run_keys.env)
+    return metrics.layout(stats)
+
+
+# XLA options of the runner's programs per platform, passed to `jax.jit` for these
+# programs only (nothing else in the process sees them). On CPU, loops are vectorised
+# with 512-bit registers where the processor has them (AVX-512; elsewhere LLVM keeps the
+# widest the target supports): on an AVX-512 Xeon this made `ucb` rounds 19-26% faster
+# (docs/benchmarks.md). Every chunk and device of a run compiles with the same options,
+# so results stay independent of chunking and device count; against programs compiled
+# without them, a sum of non-integer values over the clients of a trial can round
+# differently in its last bit (XLA's reduction loops add in vector-width order).
+COMPILER_OPTIONS = {"cpu": {"xla_cpu_prefer_vector_width": 512}}
+
+
+def compiler_options(platform: str) -> tuple[tuple[str, Any], ...]:
+    """`COMPILER_OPTIONS` of `platform` as sorted (name, value) pairs, a cache key."""
+    return tuple(sorted(COMPILER_OPTIONS.get(platform, {}).items()))
+
+
+def checked_programs(name, run_keys, num_trials, env, selector, *settings):
+    """The policy's programs (`programs(env, selector, *settings)`), traced once on
+    abstract inputs of `num_trials` trials so that a policy that does not fit the
+    environment, or has a bug, fails before anything compiles or runs.
+
+    The exception raised while tracing propagates as it is, with its own type and
+    traceback; on Python >= 3.11 it carries a note naming the policy.
+    """
+    program = programs(env, selector, *settings)
+    init_carry, run_rounds, _ = program
+    ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32)
+    try:
+        carry = jax.eval_shape(init_carry, run_keys, ids)
+        jax.eval_shape(
+            run_rounds,
+            carry,
+            run_keys,
+            ids,
+            jax.ShapeDtypeStruct((num_trials,), jnp.bool_),
+            jax.ShapeDtypeStruct((1,), jnp.int32),
+        )
+    except Exception as e:
+        if sys.version_info >= (3, 11):
+            e.add_note(f"raised while tracing policy {name!r} on this environment")
+        raise
+    return program
+
+
+def programs(env: Env, selector: Selector, *settings):
+    """`build_programs(env, selector, *settings)`, cached when the env and selector are
+    hashable (they normally are: tuples of functions), so that a second `simulate` of the
+    same objects reuses the compiled executables instead of tracing and compiling again."""
+    try:
+        hash((env, selector))
+    except TypeError:
+        return build_programs.__wrapped__(env, selector, *settings)
+    return build_programs(env, selector, *settings)
+
+
+@functools.lru_cache(maxsize=16)
+def build_programs(
+    env: Env,
+    selector: Selector,
+    metric_layout: metrics.Layout,
+    options: tuple,
+    mesh: Mesh,
+):
+    """Returns jitted (init_carry, run_rounds, finish) for one policy, measuring the
+    metrics of `metric_layout`, compiled with the XLA `options` ((name, value) pairs,
+    `compiler_options`), over the `mesh` of devices whose one axis, "trials", splits the
+    trials into `device_block`s.
+
+    Each device reduces its own block: the per-round sums and the selection counts come
+    back with a leading axis of one entry per device, for the host to join (`tree_sum`).
+    No value crosses devices inside a chunk (between CPU devices, an all-reduce in every
+    round cost more than the round: docs/benchmarks.md).
+    """
+    n = env.num_clients
+    jit = functools.partial(jax.jit, compiler_options=dict(options) or None)
+    # No collectives: the check of which values vary across devices has nothing to find.
+    per_device = functools.partial(jax.shard_map, mesh=mesh, check_vma=False)
+    split, whole = PartitionSpec("trials"), PartitionSpec()
+
+    def init_trial(run_keys, m):
+        env_state = env.reset(jax.random.fold_in(run_keys.reset, m))
+        policy_state = selector.init(jax.random.fold_in(run_keys.init, m))
+        return env_state, policy_state, metrics.init_running(metric_layout, n)
+
+    def trial_round(run_keys, carry, t, m):
+        env_state, policy_state, running = carry
+        round_key = jax.random.fold_in(jax.random.fold_in(run_keys.env, m), t)
+        obs_key, step_key = jax.random.split(round_key)
+        policy_key = jax.random.fold_in(jax.random.fold_in(run_keys.policy, m), t)
+        inp = env.observe(env_state, t, obs_key)
+        if selector.privileged:
+            inp = inp._replace(oracle=env.oracle(env_state, inp))
+        decision, policy_state = selector.select(policy_state, inp, policy_key)
+        feedback, env_state, stats = env.step(env_state, inp, decision, step_key)
+        policy_state = selector.update(policy_state, decision, feedback)
+        running, values = metrics.round_values(metric_layout, running, stats, decision)
+        return (env_state, policy_state, running), values
+
+    # Per device too, so that the carry comes out as `run_rounds` returns it: a carry
+    # sharded otherwise would compile `run_rounds` a second time.
+    @jit
+    @functools.partial(per_device, in_specs=(whole, split), out_specs=split)
+    def init_carry(run_keys, trial_ids):
+        return jax.vmap(init_trial, in_axes=(None, 0))(run_keys, trial_ids)
+
+    # The carry is donated: chunk after chunk reuses its buffers instead of copying them.
+    @functools.partial(jit, donate_argnums=0)
+    @functools.partial(
+        per_device, in_specs=(split, whole, split, split, whole), out_specs=(split, split)
+    )
+    def run_rounds(carry, run_keys, trial_ids, valid, rounds):
+        def body(carry, t):
+            carry, values = jax.vmap(trial_round, in_axes=(None, 0, None, 0))(
+                run_keys, carry, t, trial_ids
+            )
+            values = jnp.where(valid[:, None], values, 0.0)
+            return carry, jnp.stack([tree_sum(values), tree_sum(exact_square(values))], -1)
+
+        carry, sums = lax.scan(body, carry, rounds)
+        return carry, sums[None]
+
+    @jit
+    @functools.partial(per_device, in_specs=(split, split, whole), out_specs=(split, split, split))
+    def finish(carry, valid, num_rounds):
+        """Per-trial totals f32[trials, totals], the per-device sums of the selection
+        counts f32[1, N], and each trial's largest cohort f32[trials]."""
+        running = carry[2]
+        per_trial = metrics.trial_totals(metric_layout, running, num_rounds)
+        # Integer-valued counts sum exactly; the host divides by T * M.
+        counts = tree_sum(jnp.where(valid[:, None], running.counts, 0.0))[None]
+        return per_trial, counts, running.largest_cohort
+
+    return init_carry, run_rounds, finish
