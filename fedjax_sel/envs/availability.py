@@ -2,7 +2,9 @@ r"""Availability processes: which clients can be scheduled in a round, as reusab
 
 A process is a NamedTuple of pure functions and a parameter pytree, like an environment:
 
-- `init(key, params) -> state`, the process's state before round 1;
+- `init(key, params) -> state`, the process's state before round 1, from the
+  environment's reset key (a process that draws folds a constant of its own into it, so
+  its draws stay apart from the environment's; one that does not ignores it, even None);
 - `sample(state, t, key, params) -> bool[N]`, round t's availability, drawn by an
   environment's `observe` before the choice;
 - `update(state, available, params) -> state`, called by the environment's `step` with
@@ -119,7 +121,7 @@ def markov(turn_on, turn_off, num_clients: int | None = None) -> Availability:
         rate = params.turn_on + params.turn_off
         stationary = jnp.where(rate > 0, params.turn_on / jnp.where(rate > 0, rate, 1.0), 1.0)
         # The state is the previous round's availability; round 1 moves from a stationary draw.
-        return jax.random.uniform(key, (n,)) < stationary
+        return jax.random.uniform(jax.random.fold_in(key, _SALT), (n,)) < stationary
 
     def sample(state, t, key, params):
         del t
@@ -220,7 +222,7 @@ def with_availability(env: Env, process) -> Env:
 
     def reset(key, params=None):
         params = defaults if params is None else params
-        own = process.init(jax.random.fold_in(key, _SALT), params.availability)
+        own = process.init(key, params.availability)
         return WithAvailabilityState(env.reset(key, params.env), own)
 
     def observe(state, t, key, params=None):

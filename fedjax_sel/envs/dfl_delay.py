@@ -285,7 +285,7 @@ def dfl_delay(
             path_gain=path_gain_from_distance(distance),
             cycles_per_sample=cycles,
             channel_key=channel_key,
-            availability=process.init(jax.random.fold_in(key, 1), params.availability),
+            availability=process.init(key, params.availability),
         )
 
     def observe(state, t, key, params=None):

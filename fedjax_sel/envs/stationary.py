@@ -94,8 +94,7 @@ def _stationary_env(
             mu = params.means
         else:
             mu = jax.random.uniform(key, (n,), minval=params.means_low, maxval=params.means_high)
-        avail_key = jax.random.fold_in(key, 1)
-        return StationaryState(mu, process.init(avail_key, params.availability))
+        return StationaryState(mu, process.init(key, params.availability))
 
     def observe(state, t, key, params=None):
         params = defaults if params is None else params

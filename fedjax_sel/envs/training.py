@@ -348,7 +348,7 @@ def training(
             mu = params.mean_latency
         delay, avail = None, None
         if delay_env is None:
-            avail = process.init(jax.random.fold_in(key, 3), params.availability)
+            avail = process.init(key, params.availability)
         else:
             delay = delay_env.reset(jax.random.fold_in(key, 2), params.delay)
         return TrainingState(agg.init(weights), mu, test_metrics(weights)[0], delay, avail)

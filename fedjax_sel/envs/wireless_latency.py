@@ -301,7 +301,7 @@ def wireless_latency(
 
     def reset(key, params=None):
         params = defaults if params is None else params
-        avail = process.init(jax.random.fold_in(key, 1), params.availability)
+        avail = process.init(key, params.availability)
         if fixed is not None:
             return WirelessState(fixed_snr, low, high, fixed_means, avail)
         # Uniform in the disc: the radius scales with the square root of a uniform.
