@@ -156,3 +156,25 @@ class Env(NamedTuple):
     num_clients: int
     params: Any = None
     num_selected: int | None = None
+
+    # Hashable (program caches key on the environment) although `params` holds arrays:
+    # by the functions and sizes, `params` by identity.
+    def _key(self) -> tuple:
+        return (
+            self.reset,
+            self.observe,
+            self.step,
+            self.oracle,
+            self.num_clients,
+            self.num_selected,
+            id(self.params),
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Env) and self._key() == other._key()
+
+    def __ne__(self, other) -> bool:
+        return not self == other
