@@ -55,7 +55,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import models
 from bandits.kernels import top_k_mask
+from fedjax_sel import data as fed_data
 from fedjax_sel import validation
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.envs import availability as availability_lib
@@ -172,9 +174,6 @@ def synthetic_task(num_clients: int, seed: int = 0) -> tuple[FederatedData, Mode
     Four well-separated 2x2 classes of a Gaussian mixture, split IID over the clients (8
     training examples each, held-out sets from the test set), and logistic regression.
     """
-    import models
-    from fedjax_sel import data as fed_data
-
     n = validation.positive_int("num_clients", num_clients)
     pool = fed_data.gaussian_mixture(
         seed=seed,
