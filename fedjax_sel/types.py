@@ -85,7 +85,8 @@ class RoundStats(NamedTuple):
     Attributes:
       expected_reward: f32[], expected value of the decision given the round's input.
       oracle_reward: f32[], expected value of the oracle's decision; the difference is
-        the round's pseudo-regret.
+        the round's pseudo-regret. None where the environment has no oracle (regret is
+        undefined there, not zero).
       reward: f32[], realized value of the decision.
       latency: f32[], round latency in seconds (the slowest selected client).
       num_failed: f32[], selected clients that failed (missed the deadline).
@@ -95,7 +96,7 @@ class RoundStats(NamedTuple):
     """
 
     expected_reward: chex.Array
-    oracle_reward: chex.Array
+    oracle_reward: chex.Array | None
     reward: chex.Array
     latency: chex.Array
     num_failed: chex.Array
@@ -124,17 +125,56 @@ class Selector(NamedTuple):
 class Env(NamedTuple):
     """A gymnax-style environment of clients: pure functions over an explicit state.
 
+    Parameters are a pytree separate from the state (gymnax's `EnvParams`): every
+    function takes them LAST, optional, `params=None` meaning `Env.params`. So
+    `env.reset(key)` uses the defaults, and a sweep maps over parameter values without a
+    new compile per value, `jax.vmap(env.reset, in_axes=(None, 0))(key, batched_params)`.
+    Shapes and sizes (N, k, static options) stay arguments of the factory.
+
     Attributes:
-      reset: `key -> env_state`, draws one trial's instance (means, geometry, ...).
-      observe: `(env_state, t, key) -> RoundInput`, what the server sees first.
-      step: `(env_state, round_input, decision, key) -> (feedback, env_state, stats)`.
-      oracle: `(env_state, round_input) -> Decision`, the best decision given
-        expectations, or None where the environment has no tractable oracle.
+      reset: `(key, params) -> env_state`, draws one trial's instance (means, geometry,
+        the availability process's start).
+      observe: `(env_state, t, key, params) -> RoundInput`, what the server sees first.
+      step: `(env_state, round_input, decision, key, params) -> (feedback, env_state,
+        stats)`. It reads the availability from `round_input.available` (what the server
+        saw), never from a second draw, so that any availability process composes.
+      oracle: `(env_state, round_input, params) -> Decision`, the best decision given
+        expectations and `round_input.available`, or None where the environment has no
+        tractable oracle (its `RoundStats.oracle_reward` is then None: regret undefined).
       num_clients: N, static.
+      params: the default parameters, a NamedTuple pytree of arrays (numeric, non-shape
+        arguments: availability, ranges, deadlines, noise, ...); each environment
+        documents its own.
+      num_selected: the largest cohort a decision may select (k), or None where any
+        number is accepted; the runner refuses decisions above it.
     """
 
-    reset: Callable[[PRNGKey], EnvState]
-    observe: Callable[[EnvState, Any, PRNGKey], RoundInput]
-    step: Callable[[EnvState, RoundInput, Decision, PRNGKey], tuple[Feedback, EnvState, RoundStats]]
-    oracle: Callable[[EnvState, RoundInput], Decision] | None
+    reset: Callable[..., EnvState]
+    observe: Callable[..., RoundInput]
+    step: Callable[..., tuple[Feedback, EnvState, RoundStats]]
+    oracle: Callable[..., Decision] | None
     num_clients: int
+    params: Any = None
+    num_selected: int | None = None
+
+    # Hashable (program caches key on the environment) although `params` holds arrays:
+    # by the functions and sizes, `params` by identity.
+    def _key(self) -> tuple:
+        return (
+            self.reset,
+            self.observe,
+            self.step,
+            self.oracle,
+            self.num_clients,
+            self.num_selected,
+            id(self.params),
+        )
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Env) and self._key() == other._key()
+
+    def __ne__(self, other) -> bool:
+        return not self == other

@@ -35,15 +35,20 @@ def num_selected(value, num_clients: int, name: str = "num_selected") -> int:
 
 
 def float_in_range(name: str, value, low: float, high: float, *, low_open: bool = False) -> float:
-    """Returns `value` as a float, or raises if it lies outside [low, high] (or (low, high])."""
+    """Returns `value` as a finite float, or raises if it lies outside [low, high] (or (low, high]).
+
+    Infinity and NaN are refused even where `high` or `low` is infinite (an unbounded range).
+    """
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number, got {value!r}.") from None
-    bad = (v <= low if low_open else v < low) or v > high or np.isnan(v)
+    bad = (v <= low if low_open else v < low) or v > high or not np.isfinite(v)
     if bad:
         bracket = "(" if low_open else "["
-        raise ValueError(f"{name} must lie in {bracket}{low}, {high}], got {value!r}.")
+        raise ValueError(
+            f"{name} must lie in {bracket}{low}, {high}] and be finite, got {value!r}."
+        )
     return v
 
 
@@ -60,13 +65,16 @@ def probability(name: str, value) -> float:
 def array_in_range(
     name: str, value, shape: tuple[int, ...], low: float = -np.inf, high: float = np.inf
 ) -> np.ndarray:
-    """Returns `value` as a float32 array of `shape` with entries in [low, high]."""
-    arr = np.asarray(value, dtype=np.float32)
+    """Returns `value` as a float32 array of `shape` with finite entries in [low, high]."""
+    try:
+        arr = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array of numbers, got {value!r}.") from None
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {arr.shape}.")
-    if np.any(np.isnan(arr)) or np.any(arr < low) or np.any(arr > high):
+    if not np.all(np.isfinite(arr)) or np.any(arr < low) or np.any(arr > high):
         raise ValueError(
-            f"{name} must have every entry in [{low}, {high}], got min {arr.min()}, "
+            f"{name} must have every entry in [{low}, {high}] and finite, got min {arr.min()}, "
             f"max {arr.max()}."
         )
     return arr

@@ -248,3 +248,17 @@ def test_delay_env_supplies_rounds_latencies_and_feedback(data, model):
         _env(data, model, 3, delay_env=envs.make("dfl_delay", 6, 1, num_servers=3))
     with pytest.raises(ValueError, match="observe_local_accuracy"):
         _env(data, model, 3, delay_env=delays, observe_local_accuracy=True)
+
+
+def test_client_losses_and_a_cohort_above_k(data, model):
+    env = _env(data, model, 2, feedback="accuracy")
+    assert env.num_selected == 2 and env.oracle is None
+    selected = np.zeros(N, bool)
+    selected[[1, 4, 9]] = True  # one more than the k = 2 slots
+    _, (feedback, _, stats) = _step(env, selected)
+    assert stats.oracle_reward is None
+    loss = np.asarray(feedback.info["client_loss"])
+    assert np.all(loss[[1, 4]] > 0) and np.all(np.delete(loss, [1, 4]) == 0)
+    # Client 9 was not trained: failed and unobserved, not dropped silently.
+    np.testing.assert_array_equal(np.flatnonzero(feedback.observed), [1, 4])
+    assert not feedback.success[9] and stats.num_failed == 1

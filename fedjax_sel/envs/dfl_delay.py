@@ -50,7 +50,7 @@ oracle and `step` see the same channels and every policy faces the same draws.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -58,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel import validation
+from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.ops import grouped_top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -87,6 +88,27 @@ class DelayParams(NamedTuple):
     tau_max: float
 
 
+class DFLDelayParams(NamedTuple):
+    """The environment's parameter pytree (`Env.params`).
+
+    Attributes:
+      delay: `DelayParams` of f32[] leaves, the delay model's constants (the noise power
+        already in watts: `noise_dbm` and `noise_mode` are resolved by the factory).
+      cycles_low: f32[], low end of s_k, cycles per sample.
+      cycles_high: f32[], high end of s_k.
+      area_m: f32[], side of the square area (m).
+      min_distance_m: f32[], distance clip (m).
+      availability: the availability process's parameters.
+    """
+
+    delay: DelayParams
+    cycles_low: chex.Array
+    cycles_high: chex.Array
+    area_m: chex.Array
+    min_distance_m: chex.Array
+    availability: Any
+
+
 class DFLDelayState(NamedTuple):
     """One trial's instance.
 
@@ -94,11 +116,13 @@ class DFLDelayState(NamedTuple):
       path_gain: f32[K], PL(d_k)^{-1}, the large-scale channel gain.
       cycles_per_sample: f32[K], s_k.
       channel_key: PRNG key of the small-scale fading, folded with the round.
+      availability: the availability process's state (None for Bernoulli availability).
     """
 
     path_gain: chex.Array
     cycles_per_sample: chex.Array
     channel_key: chex.PRNGKey
+    availability: Any = None
 
 
 class DFLRound(NamedTuple):
@@ -171,6 +195,7 @@ def dfl_delay(
     area_m: float = 500.0,
     min_distance_m: float = 10.0,
     regret_reference: str = "realized",
+    availability=1.0,
 ) -> Env:
     """The delay process of Chen et al., Secs. 3.2 and 7.1 (see the module docstring).
 
@@ -199,6 +224,9 @@ def dfl_delay(
       area_m: side of the square area (m), > 0.
       min_distance_m: distance clip (m), > 0.
       regret_reference: "realized" or "expected" (see the module docstring).
+      availability: probability in [0, 1] (or f32[K]) that a client is available, or an
+        availability process (`envs.availability`); 1 in the paper. A server with fewer
+        than N available clients schedules those it has (the oracle too).
 
     Returns:
       An `Env` whose `RoundInput.info` is a `DFLRound` and whose oracle schedules each
@@ -229,25 +257,44 @@ def dfl_delay(
     d_max = validation.positive_int("shard_size", shard_size)
     side = validation.positive_float("area_m", area_m)
     d_min = validation.positive_float("min_distance_m", min_distance_m)
+    process = availability_lib.resolve(availability, k_total)
     cell = np.arange(k_total) // k_cell
-    strip = side / s
+    f32 = jnp.float32
+    defaults = DFLDelayParams(
+        delay=DelayParams(*(f32(v) for v in params)),
+        cycles_low=f32(low),
+        cycles_high=f32(high),
+        area_m=f32(side),
+        min_distance_m=f32(d_min),
+        availability=process.params,
+    )
 
-    def reset(key):
+    def reset(key, params=None):
+        params = defaults if params is None else params
         pos_key, cpu_key, channel_key = jax.random.split(key, 3)
         u = jax.random.uniform(pos_key, (k_total, 2))
         # Cell c is the strip [c * strip, (c + 1) * strip) x [0, side), server at its centre.
+        strip = params.area_m / s
         dx = (u[:, 0] - 0.5) * strip
-        dy = (u[:, 1] - 0.5) * side
-        distance = jnp.maximum(jnp.hypot(dx, dy), d_min)
+        dy = (u[:, 1] - 0.5) * params.area_m
+        distance = jnp.maximum(jnp.hypot(dx, dy), params.min_distance_m)
+        cycles = jax.random.uniform(
+            cpu_key, (k_total,), minval=params.cycles_low, maxval=params.cycles_high
+        )
         return DFLDelayState(
             path_gain=path_gain_from_distance(distance),
-            cycles_per_sample=jax.random.uniform(cpu_key, (k_total,), minval=low, maxval=high),
+            cycles_per_sample=cycles,
             channel_key=channel_key,
+            availability=process.init(key, params.availability),
         )
 
-    def observe(state, t, key):
-        del state
+    def observe(state, t, key, params=None):
+        params = defaults if params is None else params
         act_key, data_key = jax.random.split(key)
+        # A key of its own, so that the context draws are those of an always-available run.
+        available = process.sample(
+            state.availability, t, jax.random.fold_in(key, 1), params.availability
+        )
         info = DFLRound(
             activity=jax.random.randint(act_key, (k_total,), 0, i_max + 1),
             num_samples=jax.random.randint(data_key, (k_total,), 1, d_max + 1),
@@ -255,33 +302,36 @@ def dfl_delay(
         context = jnp.stack([info.activity / i_max, info.num_samples / d_max], -1)
         return RoundInput(
             t=jnp.asarray(t, jnp.int32),
-            available=jnp.ones((k_total,), bool),
+            available=available,
             context=context.astype(jnp.float32),
             info=info,
         )
 
-    def realized(state, inp):
+    def realized(state, inp, params):
         up, down = jax.random.exponential(
             jax.random.fold_in(state.channel_key, inp.t), (2, k_total)
         )
-        return client_delays(params, state, inp.info, up, down)
+        return client_delays(params.delay, state, inp.info, up, down)
 
-    def expected(state, inp):
+    def expected(state, inp, params):
         ones = jnp.ones((k_total,), jnp.float32)
-        return client_delays(params, state, inp.info, ones, ones)[1]
+        return client_delays(params.delay, state, inp.info, ones, ones)[1]
 
     def best(ref, inp):
         selected = grouped_top_k_mask(-ref, inp.available, n, s)
         return Decision(selected=selected, assignment=jnp.where(selected, cell, -1))
 
-    def oracle(state, inp):
-        ref = realized(state, inp)[1] if reference == "realized" else expected(state, inp)
-        return best(ref, inp)
+    def oracle(state, inp, params=None):
+        params = defaults if params is None else params
+        if reference == "realized":
+            return best(realized(state, inp, params)[1], inp)
+        return best(expected(state, inp, params), inp)
 
-    def step(state, inp, decision, key):
+    def step(state, inp, decision, key, params=None):
         del key  # the round's fading is a function of (channel_key, t), see `realized`
-        raw, tau = realized(state, inp)
-        ref = tau if reference == "realized" else expected(state, inp)
+        params = defaults if params is None else params
+        raw, tau = realized(state, inp, params)
+        ref = tau if reference == "realized" else expected(state, inp, params)
         selected = decision.selected
         chosen = best(ref, inp).selected
         round_delay = jnp.max(jnp.where(selected, tau, 0.0))  # (12)
@@ -289,15 +339,25 @@ def dfl_delay(
             observed=selected,
             reward=-tau,
             latency=tau,
-            success=selected & (raw <= params.tau_max),
+            success=selected & (raw <= params.delay.tau_max),
         )
         stats = RoundStats(
             expected_reward=-jnp.max(jnp.where(selected, ref, 0.0)),
             oracle_reward=-jnp.max(jnp.where(chosen, ref, 0.0)),
             reward=-round_delay,
             latency=round_delay,
-            num_failed=jnp.sum(selected & (raw > params.tau_max)).astype(jnp.float32),
+            num_failed=jnp.sum(selected & (raw > params.delay.tau_max)).astype(jnp.float32),
         )
-        return feedback, state, stats
+        avail = process.update(state.availability, inp.available, params.availability)
+        return feedback, state._replace(availability=avail), stats
 
-    return Env(reset=reset, observe=observe, step=step, oracle=oracle, num_clients=k_total)
+    # Each server schedules up to N of its cell: S N clients in all.
+    return Env(
+        reset=reset,
+        observe=observe,
+        step=step,
+        oracle=oracle,
+        num_clients=k_total,
+        params=defaults,
+        num_selected=n * s,
+    )

@@ -35,7 +35,7 @@ Readings where the paper is open (each a named option, the default first):
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel import validation
+from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -55,18 +56,42 @@ _COLD_START_S = (1.0, 1.0, 1.0, 1.0)
 _SNR = (1000.0, 100.0, 10.0, 1.0)
 
 
+class ExchangeTimeParams(NamedTuple):
+    r"""The environment's parameter pytree (`Env.params`).
+
+    Attributes:
+      coefficients: f32[N, 3], the true :math:`\theta^*_n` of each client.
+      fairness_rate: f32[], :math:`\beta` of the reported fairness queues.
+      model_size_mb: f32[], M in Mb.
+      bandwidth_low: f32[], low end of the uniform bandwidth B, MHz.
+      bandwidth_high: f32[], high end of B, MHz.
+      cpu_low: f32[], low end of the uniform CPU ratio :math:`\mu`.
+      cpu_high: f32[], high end of :math:`\mu`.
+      availability: the availability process's parameters.
+    """
+
+    coefficients: chex.Array
+    fairness_rate: chex.Array
+    model_size_mb: chex.Array
+    bandwidth_low: chex.Array
+    bandwidth_high: chex.Array
+    cpu_low: chex.Array
+    cpu_high: chex.Array
+    availability: Any
+
+
 class ExchangeTimeState(NamedTuple):
     r"""One trial's state.
 
     Attributes:
       coefficients: f32[N, 3], the true :math:`\theta^*_n` of each client.
-      availability: f32[N], probability that each client is available in a round.
+      availability: the availability process's state (None for Bernoulli availability).
       previous: bool[N], the clients selected in the previous round.
       queue: f32[N], fairness queues :math:`Z_{t,n}` (eq. 6) of the selections so far.
     """
 
     coefficients: chex.Array
-    availability: chex.Array
+    availability: Any
     previous: chex.Array
     queue: chex.Array
 
@@ -107,7 +132,8 @@ def exchange_time(
     Args:
       num_clients: N >= 1 (40 in the paper).
       num_selected: m, 1 <= m <= N, the cohort size of the `oracle` (8 in the paper).
-      availability: probability in [0, 1] (or f32[N]) that a client is available (0.8).
+      availability: probability in [0, 1] (or f32[N]) that a client is available (0.8),
+        or an availability process (`envs.availability`).
       fairness_rate: :math:`\beta` of the reported fairness queues (eq. 6), in [0, 1]
         with :math:`\beta N \leq m` (0.15).
       model_size_mb: M in Mb, > 0 (20).
@@ -122,7 +148,7 @@ def exchange_time(
     """
     n = validation.positive_int("num_clients", num_clients)
     m = validation.num_selected(num_selected, n)
-    avail = jnp.asarray(validation.probabilities("availability", availability, n))
+    process = availability_lib.resolve(availability, n)
     beta = validation.float_in_range("fairness_rate", fairness_rate, 0.0, 1.0)
     if beta * n > m:
         raise ValueError(
@@ -143,35 +169,54 @@ def exchange_time(
             validation.array_in_range("coefficients", coefficients, (n, CONTEXT_DIM), 0.0)
         )
     flag_follows_selection = cold_start == "participated"
+    f32 = jnp.float32
+    defaults = ExchangeTimeParams(
+        coefficients=theta,
+        fairness_rate=f32(beta),
+        model_size_mb=f32(size),
+        bandwidth_low=f32(b_low),
+        bandwidth_high=f32(b_high),
+        cpu_low=f32(mu_low),
+        cpu_high=f32(mu_high),
+        availability=process.params,
+    )
 
-    def reset(key):
-        del key
+    def reset(key, params=None):
+        params = defaults if params is None else params
         # Nobody trained before round 1: all cold (s = 1), or s = 0 when s = x_{t-1}.
         previous = jnp.zeros((n,), bool)
-        return ExchangeTimeState(theta, avail, previous, jnp.zeros((n,), jnp.float32))
+        avail = process.init(key, params.availability)
+        return ExchangeTimeState(params.coefficients, avail, previous, jnp.zeros((n,), f32))
 
-    def observe(state, t, key):
+    def observe(state, t, key, params=None):
+        params = defaults if params is None else params
         k_mu, k_b, k_avail = jax.random.split(key, 3)
-        mu = jax.random.uniform(k_mu, (n,), minval=mu_low, maxval=mu_high)
-        bandwidth = jax.random.uniform(k_b, (n,), minval=b_low, maxval=b_high)
+        mu = jax.random.uniform(k_mu, (n,), minval=params.cpu_low, maxval=params.cpu_high)
+        bandwidth = jax.random.uniform(
+            k_b, (n,), minval=params.bandwidth_low, maxval=params.bandwidth_high
+        )
         flag = state.previous == flag_follows_selection
-        context = jnp.stack([1.0 / mu, flag.astype(jnp.float32), size / bandwidth], axis=1)
-        available = jax.random.uniform(k_avail, (n,)) < state.availability
+        context = jnp.stack(
+            [1.0 / mu, flag.astype(jnp.float32), params.model_size_mb / bandwidth], axis=1
+        )
+        available = process.sample(state.availability, t, k_avail, params.availability)
         return RoundInput(t=jnp.asarray(t, jnp.int32), available=available, context=context)
 
     def expected_time(state, round_input):
         return jnp.sum(round_input.context * state.coefficients, axis=1)
 
-    def oracle(state, round_input):
+    def oracle(state, round_input, params=None):
+        del params
         return Decision(top_k_mask(-expected_time(state, round_input), round_input.available, m))
 
-    def step(state, round_input, decision, key):
+    def step(state, round_input, decision, key, params=None):
+        params = defaults if params is None else params
         selected = decision.selected
         mean = expected_time(state, round_input)
         tau = 2.0 * jax.random.uniform(key, (n,)) * mean
         best = oracle(state, round_input).selected
         round_time = jnp.max(jnp.where(selected, tau, 0.0))
-        queue = jnp.maximum(state.queue + beta - selected.astype(jnp.float32), 0.0)
+        queue = jnp.maximum(state.queue + params.fairness_rate - selected.astype(jnp.float32), 0.0)
         feedback = Feedback(observed=selected, reward=-tau, latency=tau, success=selected)
         stats = RoundStats(
             expected_reward=-jnp.max(jnp.where(selected, mean, 0.0)),
@@ -185,9 +230,19 @@ def exchange_time(
                 "queue_square_sum": jnp.sum(queue * queue),
             },
         )
-        return feedback, state._replace(previous=selected, queue=queue), stats
+        avail = process.update(state.availability, round_input.available, params.availability)
+        new_state = state._replace(availability=avail, previous=selected, queue=queue)
+        return feedback, new_state, stats
 
-    return Env(reset=reset, observe=observe, step=step, oracle=oracle, num_clients=n)
+    return Env(
+        reset=reset,
+        observe=observe,
+        step=step,
+        oracle=oracle,
+        num_clients=n,
+        params=defaults,
+        num_selected=m,
+    )
 
 
 def _range(name: str, bounds) -> tuple[float, float]:

@@ -4,22 +4,42 @@ The environments of bandit theory, for unit tests and the regret theorems. Clien
 has mean reward `mu_i`; a round's value is the sum of the selected clients' rewards, so
 the oracle picks the k available clients of largest `mu_i` and the pseudo-regret of a
 round is `sum_{oracle} mu_i - sum_{selected} mu_i` (combinatorial semi-bandit, Chen,
-Wang and Yuan, ICML 2013). Latency is not modelled (zero).
+Wang and Yuan, ICML 2013), among the clients of `RoundInput.available`. Latency is not
+modelled (zero). Parameters: `StationaryParams`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_sel import validation
+from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
+
+
+class StationaryParams(NamedTuple):
+    """The parameters of a stationary environment (a pytree; `vmap` may run over it).
+
+    Attributes:
+      means: f32[N] fixed means, or None to draw them per trial in the range below.
+      means_low: f32[], low end of the uniform range of means drawn per trial.
+      means_high: f32[], high end of that range.
+      scale: f32[], the reward law's spread (Gaussian `stddev`, Beta `concentration`),
+        or None (Bernoulli).
+      availability: the parameters of the availability process.
+    """
+
+    means: chex.Array | None
+    means_low: chex.Array
+    means_high: chex.Array
+    scale: chex.Array | None
+    availability: Any
 
 
 class StationaryState(NamedTuple):
@@ -27,14 +47,11 @@ class StationaryState(NamedTuple):
 
     Attributes:
       means: f32[N], expected reward of each client.
-      availability: f32[N], probability that each client is available in a round.
-      full_oracle_reward: f32[], expected reward of the k best clients, the oracle's
-        value of every round when all clients are always available.
+      availability: the availability process's state (None for Bernoulli availability).
     """
 
     means: chex.Array
-    availability: chex.Array
-    full_oracle_reward: chex.Array
+    availability: Any
 
 
 def _stationary_env(
@@ -43,53 +60,55 @@ def _stationary_env(
     means: chex.Array | None,
     means_range: tuple[float, float],
     availability,
-    sample: Callable[[chex.PRNGKey, chex.Array], chex.Array],
+    sample: Callable[[chex.PRNGKey, chex.Array, chex.Array], chex.Array],
     bounds: tuple[float, float],
+    scale: float | None = None,
 ) -> Env:
     """Builds a stationary environment from a per-client reward sampler.
 
-    `bounds` is the range a mean may take for this reward family.
+    `sample(key, means, scale)` draws the f32[N] rewards; `bounds` is the range a mean
+    may take for this reward family.
     """
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
-    avail = jnp.asarray(validation.probabilities("availability", availability, n))
+    process = availability_lib.resolve(availability, n)
     low, high = means_range
     if means is not None:
-        fixed_means = jnp.asarray(validation.array_in_range("means", means, (n,), *bounds))
+        means = jnp.asarray(validation.array_in_range("means", means, (n,), *bounds))
     elif not low <= high:
         raise ValueError(f"means_range must satisfy low <= high, got {means_range}.")
-
-    # With every client always available the oracle's cohort is fixed per trial: it is
-    # computed once at reset instead of by a top-k every round.
-    always_available = bool(np.all(np.asarray(avail) == 1.0))
+    defaults = StationaryParams(
+        means=means,
+        means_low=jnp.float32(low),
+        means_high=jnp.float32(high),
+        scale=None if scale is None else jnp.float32(scale),
+        availability=process.params,
+    )
 
     def oracle_value(mu, available):
         return jnp.sum(jnp.where(top_k_mask(mu, available, k), mu, 0.0))
 
-    def reset(key):
-        if means is not None:
-            mu = fixed_means
+    def reset(key, params=None):
+        params = defaults if params is None else params
+        if params.means is not None:
+            mu = params.means
         else:
-            mu = jax.random.uniform(key, (n,), minval=low, maxval=high)
-        return StationaryState(mu, avail, oracle_value(mu, jnp.ones((n,), bool)))
+            mu = jax.random.uniform(key, (n,), minval=params.means_low, maxval=params.means_high)
+        return StationaryState(mu, process.init(key, params.availability))
 
-    def observe(state, t, key):
-        if always_available:
-            available = jnp.ones((n,), bool)
-        else:
-            available = jax.random.uniform(key, (n,)) < state.availability
+    def observe(state, t, key, params=None):
+        params = defaults if params is None else params
+        available = process.sample(state.availability, t, key, params.availability)
         return RoundInput(t=jnp.asarray(t, jnp.int32), available=available)
 
-    def oracle(state, round_input):
+    def oracle(state, round_input, params=None):
+        del params
         return Decision(selected=top_k_mask(state.means, round_input.available, k))
 
-    def step(state, round_input, decision, key):
-        reward = sample(key, state.means)
+    def step(state, round_input, decision, key, params=None):
+        params = defaults if params is None else params
+        reward = sample(key, state.means, params.scale)
         selected = decision.selected
-        if always_available:
-            oracle_reward = state.full_oracle_reward
-        else:
-            oracle_reward = oracle_value(state.means, round_input.available)
         feedback = Feedback(
             observed=selected,
             reward=reward,
@@ -98,14 +117,23 @@ def _stationary_env(
         )
         stats = RoundStats(
             expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)),
-            oracle_reward=oracle_reward,
+            oracle_reward=oracle_value(state.means, round_input.available),
             reward=jnp.sum(jnp.where(selected, reward, 0.0)),
             latency=jnp.float32(0.0),
             num_failed=jnp.float32(0.0),
         )
-        return feedback, state, stats
+        avail_state = process.update(state.availability, round_input.available, params.availability)
+        return feedback, state._replace(availability=avail_state), stats
 
-    return Env(reset=reset, observe=observe, step=step, oracle=oracle, num_clients=n)
+    return Env(
+        reset=reset,
+        observe=observe,
+        step=step,
+        oracle=oracle,
+        num_clients=n,
+        params=defaults,
+        num_selected=k,
+    )
 
 
 def bernoulli(
@@ -122,12 +150,17 @@ def bernoulli(
       num_selected: cohort size k, 1 <= k <= N (the oracle's cohort).
       means: f32[N] in [0, 1], fixed for every trial; None draws them per trial,
         uniformly in `means_range`.
-      availability: probability in [0, 1] (or f32[N]) that a client is available.
+      availability: probability in [0, 1] (or f32[N]) that a client is available, or an
+        availability process (`envs.availability`).
       means_range: (low, high) for means drawn per trial.
     """
     validation.float_in_range("means_range[0]", means_range[0], 0.0, 1.0)
     validation.float_in_range("means_range[1]", means_range[1], 0.0, 1.0)
-    sample = lambda key, mu: (jax.random.uniform(key, mu.shape) < mu).astype(jnp.float32)
+
+    def sample(key, mu, scale):
+        del scale
+        return (jax.random.uniform(key, mu.shape) < mu).astype(jnp.float32)
+
     return _stationary_env(
         num_clients, num_selected, means, means_range, availability, sample, (0.0, 1.0)
     )
@@ -148,13 +181,17 @@ def gaussian(
       num_selected: cohort size k, 1 <= k <= N.
       means: f32[N], fixed for every trial; None draws them per trial in `means_range`.
       stddev: reward standard deviation, > 0.
-      availability: probability in [0, 1] (or f32[N]) that a client is available.
+      availability: probability in [0, 1] (or f32[N]) that a client is available, or an
+        availability process (`envs.availability`).
       means_range: (low, high) for means drawn per trial.
     """
     sd = validation.positive_float("stddev", stddev)
-    sample = lambda key, mu: mu + sd * jax.random.normal(key, mu.shape)
+
+    def sample(key, mu, scale):
+        return mu + scale * jax.random.normal(key, mu.shape)
+
     return _stationary_env(
-        num_clients, num_selected, means, means_range, availability, sample, (-1e30, 1e30)
+        num_clients, num_selected, means, means_range, availability, sample, (-1e30, 1e30), sd
     )
 
 
@@ -173,13 +210,24 @@ def beta(
       num_selected: cohort size k, 1 <= k <= N.
       means: f32[N] in (0, 1), fixed for every trial; None draws them per trial.
       concentration: a + b of each client's Beta(a, b), > 0.
-      availability: probability in [0, 1] (or f32[N]) that a client is available.
+      availability: probability in [0, 1] (or f32[N]) that a client is available, or an
+        availability process (`envs.availability`).
       means_range: (low, high) inside (0, 1) for means drawn per trial.
     """
     c = validation.positive_float("concentration", concentration)
     validation.float_in_range("means_range[0]", means_range[0], 0.0, 1.0, low_open=True)
     validation.float_in_range("means_range[1]", means_range[1], 0.0, 1.0)
-    sample = lambda key, mu: jax.random.beta(key, c * mu, c * (1.0 - mu))
+
+    def sample(key, mu, scale):
+        return jax.random.beta(key, scale * mu, scale * (1.0 - mu))
+
     return _stationary_env(
-        num_clients, num_selected, means, means_range, availability, sample, (1e-6, 1 - 1e-6)
+        num_clients,
+        num_selected,
+        means,
+        means_range,
+        availability,
+        sample,
+        (1e-6, 1 - 1e-6),
+        c,
     )

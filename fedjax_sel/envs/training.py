@@ -14,7 +14,7 @@ v + v E)`, `E ~ Exp(1)` (the usual straggler model of distributed computing: a
 deterministic part plus an exponential tail; mean `mu_i`), capped at the deadline
 `tau_max` when one is set; a client whose raw latency reaches the deadline fails (Xia et
 al. eq. 4). The round latency is the slowest selected client's. Availability is
-Bernoulli per client and round.
+Bernoulli per client and round by default, or any process (`envs.availability`).
 
 A paper's own delay model replaces this one through `delay_env`, any bandit `Env` over
 the same clients (e.g. `dfl_delay`, Chen et al.): it then supplies each round's input
@@ -32,8 +32,17 @@ Feedback (`feedback`):
     `Feedback.info["opinions"]`.
 For "latency" and "success" the expected reward of a client is known in closed form,
 so the environment has an oracle and pseudo-regret is defined; for the model-based
-feedbacks it has no oracle and `RoundStats` reports the realized value as both expected
-and oracle value (zero regret), keeping the accuracy and loss curves as the metrics.
+feedbacks it has no oracle: `Env.oracle` is None and `RoundStats.oracle_reward` is None
+(regret undefined, not zero), `expected_reward` the realized value, and the accuracy and
+loss curves are the metrics.
+
+Every feedback carries `Feedback.info["client_loss"]`, f32[N]: each trained client's mean
+minibatch training loss over its local steps, valid where `observed` (0 elsewhere).
+
+Cohort size: `Env.num_selected` is k, and the runner refuses decisions above it. A
+decision that still selects more than k clients (a direct call of `step`) trains its k
+lowest-indexed clients; the others are not trained, so they are reported failed
+(`success` False, counted in `num_failed`) and not observed, never silently dropped.
 """
 
 from __future__ import annotations
@@ -46,8 +55,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import models
+from fedjax_sel import data as fed_data
 from fedjax_sel import validation
 from fedjax_sel.data.federated import FederatedData
+from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.fl import aggregate
 from fedjax_sel.fl.client import local_sgd
 from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
@@ -59,6 +71,31 @@ ALGORITHMS = ("fedavg", "fedsgd", "hierarchical", "decentralized")
 FEEDBACKS = ("latency", "success", "accuracy", "loss_decrease", "opinions")
 
 
+class TrainingParams(NamedTuple):
+    """The environment's parameter pytree (`Env.params`).
+
+    The learning setup (model, data, algorithm, optimizer, step sizes) stays static.
+
+    Attributes:
+      mean_latency: f32[N] fixed mu_i, or None to draw them per trial in the range below.
+      latency_low: f32[], low end of the uniform mu_i, seconds.
+      latency_high: f32[], high end of mu_i.
+      latency_spread: f32[], v, the random share of a client's latency.
+      deadline_s: f32[] tau_max, or None for no deadline.
+      availability: the availability process's parameters (None with a `delay_env`,
+        which then carries the process).
+      delay: the `delay_env`'s parameters, or None.
+    """
+
+    mean_latency: chex.Array | None
+    latency_low: chex.Array
+    latency_high: chex.Array
+    latency_spread: chex.Array
+    deadline_s: chex.Array | None
+    availability: Any
+    delay: Any = None
+
+
 class TrainingState(NamedTuple):
     """One trial's training run.
 
@@ -67,12 +104,14 @@ class TrainingState(NamedTuple):
       mean_latency: f32[N], mu_i, each client's mean round latency in seconds.
       loss: f32[], test loss of the current global model.
       delay: the `delay_env`'s state, or None.
+      availability: the availability process's state (None for Bernoulli availability).
     """
 
     server: Any
     mean_latency: chex.Array
     loss: chex.Array
     delay: Any = None
+    availability: Any = None
 
 
 def _check_data(data: FederatedData, model: Model, num_clients: int) -> None:
@@ -129,11 +168,33 @@ def expected_client_reward(
     return 1.0 - (jnp.minimum(shift, deadline_s) + scale * within) / deadline_s
 
 
+def synthetic_task(num_clients: int, seed: int = 0) -> tuple[FederatedData, Model]:
+    """A small offline task for `training` built from sizes alone (registry, tests).
+
+    Four well-separated 2x2 classes of a Gaussian mixture, split IID over the clients (8
+    training examples each, held-out sets from the test set), and logistic regression.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    pool = fed_data.gaussian_mixture(
+        seed=seed,
+        num_train=8 * n,
+        num_test=max(64, 4 * n),
+        num_classes=4,
+        image_shape=(2, 2, 1),
+        template_size=2,
+        noise=0.5,
+    )
+    indices = fed_data.iid(pool.y, n, seed=seed)
+    return fed_data.pack(pool, indices, seed=seed, heldout_from_test=True), models.get(
+        "logistic_regression", (2, 2, 1), 4
+    )
+
+
 def training(
     num_clients: int,
     num_selected: int,
-    data: FederatedData,
-    model: Model,
+    data: FederatedData | None = None,
+    model: Model | None = None,
     algorithm: str = "fedavg",
     learning_rate: float = 0.05,
     batch_size: int = 32,
@@ -160,9 +221,11 @@ def training(
 
     Args:
       num_clients: N, the number of clients of `data`.
-      num_selected: k, cohort slots trained per round (1 <= k <= N); a decision that
-        selects more trains its k lowest-indexed clients.
-      data: the federated dataset (`x[N, n_max, ...]`, counts, held-out and test sets).
+      num_selected: k, cohort slots trained per round (1 <= k <= N), `Env.num_selected`;
+        a decision that selects more trains its k lowest-indexed clients and reports the
+        rest failed (module docstring).
+      data: the federated dataset (`x[N, n_max, ...]`, counts, held-out and test sets);
+        None, with `model` None, for the small `synthetic_task` (built from sizes alone).
       model: the classifier; its `input_shape` and `num_classes` must fit `data`.
       algorithm: "fedavg" (E local epochs, weighted mean), "fedsgd" (Xia et al. eq. 3:
         one minibatch gradient step per round, `num_steps` steps if given),
@@ -182,7 +245,9 @@ def training(
       drop_late: drop updates that missed the deadline; None takes each algorithm's
         paper default (FedSGD/FedAvg: drop, Xia spec A20; decentralized: keep, Chen
         spec A9; hierarchical always uses Qu's eq. 6 with its fastest-Z fallback).
-      availability: probability in [0, 1] (or f32[N]) that a client is available.
+      availability: probability in [0, 1] (or f32[N]) that a client is available, or an
+        availability process (`envs.availability`); with a `delay_env`, anything but 1
+        puts the process on the `delay_env` (`envs.with_availability`).
       num_groups: edge servers M (hierarchical) or servers S (decentralized).
       client_group: int32[N] in [0, num_groups), each client's fixed server; None
         assigns client i to server i mod num_groups. A `Decision.assignment` overrides it.
@@ -201,7 +266,6 @@ def training(
       model after each round.
     """
     n = validation.positive_int("num_clients", num_clients)
-    _check_data(data, model, n)
     k = validation.num_selected(num_selected, n)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}.")
@@ -211,7 +275,8 @@ def training(
         num_steps, num_epochs = num_steps or 1, None
     elif num_steps is not None:
         num_epochs = None
-    update_fn = local_sgd(model.apply, learning_rate, batch_size, num_epochs, num_steps, optimizer)
+    # Checked again by `local_sgd`, here before the default task is built (which traces).
+    validation.positive_float("learning_rate", learning_rate)
     low = validation.positive_float("latency_range[0]", latency_range[0])
     high = validation.positive_float("latency_range[1]", latency_range[1])
     if low > high:
@@ -225,7 +290,7 @@ def training(
     deadline = None if deadline_s is None else validation.positive_float("deadline_s", deadline_s)
     if feedback in ("latency", "success") and deadline is None:
         raise ValueError(f"feedback={feedback!r} needs a deadline_s.")
-    avail = jnp.asarray(validation.probabilities("availability", availability, n))
+    process = availability_lib.resolve(availability, n)
     groups = validation.positive_int("num_groups", num_groups)
     if client_group is None:
         home = jnp.arange(n, dtype=jnp.int32) % groups
@@ -240,29 +305,58 @@ def training(
         agg = aggregate.hierarchical(groups, period, min_updates)
     else:
         agg = aggregate.decentralized(groups, mixing, False if drop_late is None else drop_late)
+    if data is None and model is None:
+        data, model = synthetic_task(n)
+    _check_data(data, model, n)
+    update_fn = local_sgd(model.apply, learning_rate, batch_size, num_epochs, num_steps, optimizer)
     has_oracle = feedback in ("latency", "success")
     if delay_env is not None:
         if not isinstance(delay_env, Env) or delay_env.num_clients != n:
             raise ValueError(f"delay_env must be an Env over the {n} clients, got {delay_env!r}.")
         if observe_local_accuracy:
             raise ValueError("observe_local_accuracy cannot be combined with a delay_env.")
+        if isinstance(availability, availability_lib.Availability) or np.any(
+            np.asarray(availability) != 1.0
+        ):
+            delay_env = availability_lib.with_availability(delay_env, process)
+    f32 = jnp.float32
+    defaults = TrainingParams(
+        mean_latency=fixed_latency,
+        latency_low=f32(low),
+        latency_high=f32(high),
+        latency_spread=f32(spread),
+        deadline_s=None if deadline is None else f32(deadline),
+        availability=None if delay_env is not None else process.params,
+        delay=None if delay_env is None else delay_env.params,
+    )
 
     def test_metrics(params):
         return evaluate(model.apply, params, data.x_test, data.y_test)
 
-    def reset(key):
-        params = model.init(jax.random.fold_in(key, 0))
-        if fixed_latency is None:
-            mu = jax.random.uniform(jax.random.fold_in(key, 1), (n,), minval=low, maxval=high)
+    def reset(key, params=None):
+        params = defaults if params is None else params
+        weights = model.init(jax.random.fold_in(key, 0))
+        if params.mean_latency is None:
+            mu = jax.random.uniform(
+                jax.random.fold_in(key, 1),
+                (n,),
+                minval=params.latency_low,
+                maxval=params.latency_high,
+            )
         else:
-            mu = fixed_latency
-        delay = None if delay_env is None else delay_env.reset(jax.random.fold_in(key, 2))
-        return TrainingState(agg.init(params), mu, test_metrics(params)[0], delay)
+            mu = params.mean_latency
+        delay, avail = None, None
+        if delay_env is None:
+            avail = process.init(key, params.availability)
+        else:
+            delay = delay_env.reset(jax.random.fold_in(key, 2), params.delay)
+        return TrainingState(agg.init(weights), mu, test_metrics(weights)[0], delay, avail)
 
-    def observe(state, t, key):
+    def observe(state, t, key, params=None):
+        params = defaults if params is None else params
         if delay_env is not None:
-            return delay_env.observe(state.delay, t, key)
-        available = jax.random.uniform(key, (n,)) < avail
+            return delay_env.observe(state.delay, t, key, params.delay)
+        available = process.sample(state.availability, t, key, params.availability)
         info = None
         if observe_local_accuracy:
             params = agg.global_params(state.server)
@@ -272,17 +366,21 @@ def training(
             info = {"local_accuracy": acc}
         return RoundInput(t=jnp.asarray(t, jnp.int32), available=available, info=info)
 
-    def oracle(state, round_input):
-        return Decision(
-            top_k_mask(
-                expected_client_reward(state.mean_latency, spread, deadline, feedback),
-                round_input.available,
-                k,
-            )
+    def client_means(state, params):
+        return expected_client_reward(
+            state.mean_latency, params.latency_spread, params.deadline_s, feedback
         )
 
+    def oracle(state, round_input, params=None):
+        params = defaults if params is None else params
+        return Decision(top_k_mask(client_means(state, params), round_input.available, k))
+
     def train(state, decision, latency, success, key):
-        """Trains the selected cohort; returns the new server state and test loss, accuracy."""
+        """Trains the selected cohort (the k lowest-indexed selected clients).
+
+        Returns the new server state, test loss and accuracy, the f32[N] training loss of
+        each trained client (0 elsewhere) and the bool[N] trained clients.
+        """
         selected = decision.selected
         slots = jnp.nonzero(selected, size=k, fill_value=0)[0]
         valid = jnp.arange(k) < jnp.sum(selected)
@@ -302,30 +400,58 @@ def training(
             latency=latency[slots],
         )
         server = agg.update(state.server, result.delta, cohort)
-        return server, *test_metrics(agg.global_params(server))
+        # Empty slots point at client 0; they are sent out of bounds and dropped.
+        index = jnp.where(valid, slots, n)
+        client_loss = jnp.zeros((n,), jnp.float32).at[index].set(result.loss, mode="drop")
+        trained = jnp.zeros((n,), bool).at[index].set(True, mode="drop")
+        return server, *test_metrics(agg.global_params(server)), client_loss, trained
 
-    def step_with_delay_env(state, round_input, decision, key):
+    def step_with_delay_env(state, round_input, decision, key, params=None):
+        params = defaults if params is None else params
         delay_key, train_key = jax.random.split(key)
-        out, delay, stats = delay_env.step(state.delay, round_input, decision, delay_key)
-        server, loss, accuracy = train(state, decision, out.latency, out.success, train_key)
-        new_state = TrainingState(server, state.mean_latency, loss, delay)
-        return out, new_state, stats._replace(loss=loss, accuracy=accuracy)
+        out, delay, stats = delay_env.step(
+            state.delay, round_input, decision, delay_key, params.delay
+        )
+        server, loss, accuracy, client_loss, trained = train(
+            state, decision, out.latency, out.success, train_key
+        )
+        info = {"client_loss": client_loss}
+        if isinstance(out.info, dict):
+            info = {**out.info, **info}
+        elif out.info is not None:
+            info["delay"] = out.info
+        # Selected clients beyond the k slots were not trained: failed, not observed.
+        beyond = decision.selected & ~trained
+        num_failed = stats.num_failed + jnp.sum(beyond & out.success).astype(jnp.float32)
+        out = out._replace(
+            observed=out.observed & ~beyond, success=out.success & ~beyond, info=info
+        )
+        stats = stats._replace(loss=loss, accuracy=accuracy, num_failed=num_failed)
+        new_state = TrainingState(server, state.mean_latency, loss, delay, state.availability)
+        return out, new_state, stats
 
-    def step(state, round_input, decision, key):
+    def step(state, round_input, decision, key, params=None):
+        params = defaults if params is None else params
+        spread_, deadline_ = params.latency_spread, params.deadline_s
         latency_key, train_key = jax.random.split(key)
-        selected = decision.selected
         noise = jax.random.exponential(latency_key, (n,))
-        raw = state.mean_latency * (1.0 - spread + spread * noise)
-        if deadline is None:
+        raw = state.mean_latency * (1.0 - spread_ + spread_ * noise)
+        if deadline_ is None:
             latency, success = raw, jnp.ones((n,), bool)
         else:
-            latency, success = jnp.minimum(raw, deadline), raw < deadline
-        server, loss, accuracy = train(state, decision, latency, success, train_key)
-        params = agg.global_params(server)
+            latency, success = jnp.minimum(raw, deadline_), raw < deadline_
+        server, loss, accuracy, client_loss, trained = train(
+            state, decision, latency, success, train_key
+        )
+        weights = agg.global_params(server)
+        # Selected clients beyond the k slots were not trained: failed, not observed.
+        selected = decision.selected & trained
+        success = success & ~(decision.selected & ~trained)
+        info = {"client_loss": client_loss}
 
-        observed, info = selected, None
+        observed = selected
         if feedback == "latency":
-            reward = 1.0 - latency / deadline
+            reward = 1.0 - latency / deadline_
         elif feedback == "success":
             reward = success.astype(jnp.float32)
         elif feedback == "accuracy":
@@ -334,42 +460,51 @@ def training(
             reward = jnp.full((n,), state.loss - loss)
         else:
             _, reward = evaluate_clients(
-                model.apply, params, data.x_heldout, data.y_heldout, data.heldout_counts
+                model.apply, weights, data.x_heldout, data.y_heldout, data.heldout_counts
             )
-            observed, info = data.heldout_counts > 0, {"opinions": reward}
+            observed = data.heldout_counts > 0
+            info["opinions"] = reward
 
         if has_oracle:
-            mean = expected_client_reward(state.mean_latency, spread, deadline, feedback)
-            best = oracle(state, round_input).selected
+            mean = client_means(state, params)
+            best = oracle(state, round_input, params).selected
             value = jnp.sum(jnp.where(selected, reward, 0.0))
             expected = jnp.sum(jnp.where(selected, mean, 0.0))
             best_value = jnp.sum(jnp.where(best, mean, 0.0))
         else:
             value = jnp.sum(jnp.where(observed, reward, 0.0)) / jnp.maximum(jnp.sum(observed), 1)
-            expected = best_value = value
+            expected, best_value = value, None
         stats = RoundStats(
             expected_reward=expected,
             oracle_reward=best_value,
             reward=value,
             latency=jnp.max(jnp.where(selected, latency, 0.0)),
-            num_failed=jnp.sum(selected & ~success).astype(jnp.float32),
+            num_failed=jnp.sum(decision.selected & ~success).astype(jnp.float32),
             loss=loss,
             accuracy=accuracy,
         )
         feedback_out = Feedback(
             observed=observed, reward=reward, latency=latency, success=success, info=info
         )
-        return feedback_out, TrainingState(server, state.mean_latency, loss), stats
+        avail = process.update(state.availability, round_input.available, params.availability)
+        return feedback_out, TrainingState(server, state.mean_latency, loss, None, avail), stats
 
     if delay_env is not None:
+        delay_oracle = None
+        if delay_env.oracle is not None:
+
+            def delay_oracle(state, inp, params=None):
+                params = defaults if params is None else params
+                return delay_env.oracle(state.delay, inp, params.delay)
+
         return Env(
             reset=reset,
             observe=observe,
             step=step_with_delay_env,
-            oracle=None
-            if delay_env.oracle is None
-            else lambda state, inp: delay_env.oracle(state.delay, inp),
+            oracle=delay_oracle,
             num_clients=n,
+            params=defaults,
+            num_selected=k,
         )
     return Env(
         reset=reset,
@@ -377,4 +512,6 @@ def training(
         step=step,
         oracle=oracle if has_oracle else None,
         num_clients=n,
+        params=defaults,
+        num_selected=k,
     )

@@ -32,7 +32,7 @@ oracle alike, so it cancels in every regret.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel import validation
+from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -64,6 +65,20 @@ class WirelessParams(NamedTuple):
     noise_dbm: float
 
 
+class WirelessLatencyParams(NamedTuple):
+    """The environment's parameter pytree (`Env.params`).
+
+    The physical constants (`WirelessParams`) stay static arguments of the factory: the
+    expected rewards are integrated from them in float64 when the environment is built,
+    which a traced value cannot enter.
+
+    Attributes:
+      availability: the availability process's parameters (`alpha_k` for Bernoulli).
+    """
+
+    availability: Any
+
+
 class WirelessState(NamedTuple):
     """One trial's instance.
 
@@ -72,7 +87,7 @@ class WirelessState(NamedTuple):
       compute_low: f32[N], lower end of the compute speed `phi_k^LB`, samples/s.
       compute_high: f32[N], upper end `phi_k^UB`, samples/s.
       means: f32[N], expected reward `mu_k = E[1 - tau_k / tau_max]`.
-      availability: f32[N], probability `alpha_k` that a client is available.
+      availability: the availability process's state (None for Bernoulli availability).
     """
 
     snr: chex.Array
@@ -228,7 +243,8 @@ def wireless_latency(
       distances_km: f32[K], one fixed geometry for every trial; None draws positions.
       geometry_seed: with `distances_km` None: an int draws one geometry from this seed
         for every trial; None draws a fresh geometry per trial (from the trial's key).
-      availability: alpha_k in [0, 1], a scalar or f32[K] (1: the ideal scenario).
+      availability: alpha_k in [0, 1], a scalar or f32[K] (1: the ideal scenario), or an
+        availability process (`envs.availability`).
       per_client_metrics: also report each client's selection indicator per round as
         `extras["selected/<k>"]` (0-based k), for selection-fraction curves.
 
@@ -241,7 +257,7 @@ def wireless_latency(
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}.")
     deadline = PRESETS[preset] if deadline_s is None else deadline_s
-    params = WirelessParams(
+    physics = WirelessParams(
         deadline_s=validation.positive_float("deadline_s", deadline),
         bandwidth_hz=validation.positive_float("bandwidth_hz", bandwidth_hz),
         download_bits=validation.positive_float("download_bits", download_bits),
@@ -257,11 +273,12 @@ def wireless_latency(
     d_min = validation.float_in_range(
         "min_distance_km", min_distance_km, 0.0, radius, low_open=True
     )
-    avail = jnp.asarray(validation.probabilities("availability", availability, k_all))
+    process = availability_lib.resolve(availability, k_all)
+    defaults = WirelessLatencyParams(availability=process.params)
     low64, high64 = compute_bounds(k_all, scale)
     low, high = jnp.asarray(low64, jnp.float32), jnp.asarray(high64, jnp.float32)
     gain_db = functools.partial(
-        snr_db, transmit_power_dbm=params.transmit_power_dbm, noise_dbm=params.noise_dbm
+        snr_db, transmit_power_dbm=physics.transmit_power_dbm, noise_dbm=physics.noise_dbm
     )
 
     fixed = None
@@ -274,34 +291,39 @@ def wireless_latency(
     if fixed is not None:
         snr64 = 10.0 ** (gain_db(fixed.astype(np.float64)) / 10.0)
         fixed_snr = jnp.asarray(snr64, jnp.float32)
-        means64 = np.diagonal(mean_reward(snr64, low64, high64, params))
+        means64 = np.diagonal(mean_reward(snr64, low64, high64, physics))
         fixed_means = jnp.asarray(means64, jnp.float32)
     else:
         grid, table = _reward_table(
-            params, k_all, scale, float(gain_db(radius)), float(gain_db(d_min))
+            physics, k_all, scale, float(gain_db(radius)), float(gain_db(d_min))
         )
         grid, table = jnp.asarray(grid), jnp.asarray(table)
 
-    def reset(key):
+    def reset(key, params=None):
+        params = defaults if params is None else params
+        avail = process.init(key, params.availability)
         if fixed is not None:
             return WirelessState(fixed_snr, low, high, fixed_means, avail)
         # Uniform in the disc: the radius scales with the square root of a uniform.
         d = jnp.maximum(radius * jnp.sqrt(jax.random.uniform(key, (k_all,))), d_min)
-        s_db = params.transmit_power_dbm - params.noise_dbm - (128.1 + 37.6 * jnp.log10(d))
+        s_db = physics.transmit_power_dbm - physics.noise_dbm - (128.1 + 37.6 * jnp.log10(d))
         means = _cubic_interp(s_db, grid, table)
         return WirelessState(10.0 ** (s_db / 10.0), low, high, means, avail)
 
-    def observe(state, t, key):
-        available = jax.random.uniform(key, (k_all,)) < state.availability
+    def observe(state, t, key, params=None):
+        params = defaults if params is None else params
+        available = process.sample(state.availability, t, key, params.availability)
         return RoundInput(t=jnp.asarray(t, jnp.int32), available=available)
 
-    def oracle(state, round_input):
+    def oracle(state, round_input, params=None):
+        del params
         return Decision(selected=top_k_mask(state.means, round_input.available, n_sel))
 
     def bottleneck(values, selected):
         return jnp.min(jnp.where(selected, values, 1.0))
 
-    def step(state, round_input, decision, key):
+    def step(state, round_input, decision, key, params=None):
+        params = defaults if params is None else params
         k_down, k_up, k_comp = jax.random.split(key, 3)
         fade_down = jax.random.exponential(k_down, (k_all,))
         fade_up = jax.random.exponential(k_up, (k_all,))
@@ -310,13 +332,13 @@ def wireless_latency(
         )
         # A zero-rate link (fade of exactly 0) gives an infinite time, capped below.
         raw = (
-            params.download_bits / (params.bandwidth_hz * jnp.log2(1.0 + state.snr * fade_down))
-            + params.upload_bits / (params.bandwidth_hz * jnp.log2(1.0 + state.snr * fade_up))
-            + params.batch_size / speed
+            physics.download_bits / (physics.bandwidth_hz * jnp.log2(1.0 + state.snr * fade_down))
+            + physics.upload_bits / (physics.bandwidth_hz * jnp.log2(1.0 + state.snr * fade_up))
+            + physics.batch_size / speed
         )
-        latency = jnp.minimum(raw, params.deadline_s)
-        failed = raw >= params.deadline_s
-        reward = 1.0 - latency / params.deadline_s
+        latency = jnp.minimum(raw, physics.deadline_s)
+        failed = raw >= physics.deadline_s
+        reward = 1.0 - latency / physics.deadline_s
         selected = decision.selected
         best = oracle(state, round_input).selected
         expected = bottleneck(state.means, selected)
@@ -332,6 +354,15 @@ def wireless_latency(
             extras=extras,
         )
         feedback = Feedback(observed=selected, reward=reward, latency=latency, success=~failed)
-        return feedback, state, stats
+        avail = process.update(state.availability, round_input.available, params.availability)
+        return feedback, state._replace(availability=avail), stats
 
-    return Env(reset=reset, observe=observe, step=step, oracle=oracle, num_clients=k_all)
+    return Env(
+        reset=reset,
+        observe=observe,
+        step=step,
+        oracle=oracle,
+        num_clients=k_all,
+        params=defaults,
+        num_selected=n_sel,
+    )

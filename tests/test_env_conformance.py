@@ -1,0 +1,201 @@
+"""Every registered environment against the `Env` contract, one row per `envs.REGISTRY` entry.
+
+Built from sizes alone; reset/observe/step/oracle under `jit` and `vmap` over trials with
+fixed shapes and dtypes across rounds; `vmap` over parameters equal to separately built
+environments; bad input refused with a `ValueError` naming the argument, in Python.
+"""
+
+import contextlib
+import itertools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bandits
+import fedjax_sel
+from fedjax_sel import envs
+from fedjax_sel.envs import availability
+from fedjax_sel.types import Decision, Env
+
+N, K, TRIALS, ROUNDS = 12, 2, 3, 4
+
+# Per entry: other parameter values (beside availability) for the `vmap` over parameters,
+# and an argument that must be finite.
+VARIANTS = {
+    "bernoulli": ({"means_range": (0.2, 0.6)}, "means_range[1]", {"means_range": (0.0, np.inf)}),
+    "beta": ({"concentration": 4.0}, "concentration", {"concentration": np.inf}),
+    "dfl_delay": ({"tau_max": 2.0, "area_m": 300.0}, "tau_max", {"tau_max": np.inf}),
+    "exchange_time": (
+        {"model_size_mb": 10.0, "bandwidth_mhz": (1.0, 3.0)},
+        "model_size_mb",
+        {"model_size_mb": np.inf},
+    ),
+    "gaussian": ({"stddev": 2.0, "means_range": (-1.0, 1.0)}, "stddev", {"stddev": np.inf}),
+    "training": (
+        {"latency_range": (2.0, 3.0), "latency_spread": 0.25},
+        "learning_rate",
+        {"learning_rate": np.inf},
+    ),
+    "wireless_latency": ({}, "deadline_s", {"deadline_s": np.inf}),
+}
+NAMES = sorted(envs.REGISTRY)
+
+
+def test_every_entry_has_a_row():
+    assert sorted(VARIANTS) == NAMES
+
+
+def _run(env: Env, keys, params=None):
+    """ROUNDS rounds of one trial per key (oracle decisions), under jit and vmap."""
+
+    def trial(key, params):
+        state = env.reset(key, params)
+        outputs = []
+        for t in range(1, ROUNDS + 1):
+            obs_key, step_key = jax.random.split(jax.random.fold_in(key, t))
+            inp = env.observe(state, t, obs_key, params)
+            decision = _oracle(env, state, inp, params)
+            feedback, state, stats = env.step(state, inp, decision, step_key, params)
+            outputs.append((inp, decision, feedback, state, stats))
+        return outputs
+
+    return jax.jit(jax.vmap(trial, in_axes=(0, None)))(keys, params)
+
+
+def _oracle(env, state, inp, params):
+    if env.oracle is not None:
+        return env.oracle(state, inp, params)
+    return Decision(jnp.arange(N) < K)
+
+
+def _signature(tree):
+    return jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_contract_under_jit_and_vmap(name):
+    env = envs.make(name, N, K)
+    assert isinstance(env, Env) and env.num_clients == N
+    assert env.num_selected is not None and 1 <= env.num_selected <= N
+    keys = jax.random.split(jax.random.PRNGKey(0), TRIALS)
+    rounds = _run(env, keys)
+    first = _signature(rounds[0])
+    for later in rounds[1:]:
+        assert _signature(later) == first
+    inp, decision, feedback, state, stats = rounds[0]
+    assert inp.available.shape == (TRIALS, N) and inp.available.dtype == jnp.bool_
+    assert inp.t.dtype == jnp.int32
+    assert decision.selected.shape == (TRIALS, N)
+    for field in ("observed", "success"):
+        assert getattr(feedback, field).shape == (TRIALS, N)
+        assert getattr(feedback, field).dtype == jnp.bool_
+    for field in ("reward", "latency"):
+        assert getattr(feedback, field).shape == (TRIALS, N)
+        assert getattr(feedback, field).dtype == jnp.float32
+    for field in ("expected_reward", "reward", "latency", "num_failed"):
+        assert getattr(stats, field).shape == (TRIALS,), field
+    if env.oracle is None:
+        assert stats.oracle_reward is None
+    else:
+        assert stats.oracle_reward.shape == (TRIALS,)
+        # The oracle's own decision has zero pseudo-regret.
+        for *_, s in rounds:
+            np.testing.assert_allclose(s.oracle_reward, s.expected_reward, rtol=1e-6)
+    # Defaults closed over (omitted) and passed traced (a jit argument): the same bits.
+    explicit = _run(env, keys, env.params)
+    jax.tree.map(np.testing.assert_array_equal, explicit, rounds)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vmap_over_params_equals_separate_envs(name):
+    other, _, _ = VARIANTS[name]
+    env_a = envs.make(name, N, K, availability=0.9)
+    env_b = envs.make(name, N, K, availability=0.6, **other)
+    keys = jax.random.split(jax.random.PRNGKey(1), TRIALS)
+    stacked = jax.tree.map(lambda a, b: jnp.stack([a, b]), env_a.params, env_b.params)
+    swept = jax.jit(jax.vmap(lambda p: _run(env_a, keys, p)))(stacked)
+    for i, env in enumerate((env_a, env_b)):
+        jax.tree.map(lambda s, a, i=i: _same(s[i], a), swept, _run(env, keys))
+
+
+def _same(got, want):
+    """Equal; floats to a few ulp (a batch axis may change XLA's vectorization)."""
+    if jnp.issubdtype(want.dtype, jnp.floating):
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        ({"num_selected": 0}, "num_selected"),
+        ({"availability": 1.5}, "availability"),
+        ({"availability": np.inf}, "availability"),
+        ({"availability": [0.5] * (N - 1)}, "availability"),
+    ],
+)
+def test_bad_input_is_refused_before_tracing(name, kwargs, argument):
+    kwargs = {"num_clients": N, "num_selected": K, **kwargs}
+    with _no_tracing(), pytest.raises(ValueError, match=re.escape(argument)):
+        envs.make(name, **kwargs)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_infinite_values_are_refused(name):
+    _, argument, kwargs = VARIANTS[name]
+    with _no_tracing(), pytest.raises(ValueError, match=re.escape(argument)):
+        envs.make(name, N, K, **kwargs)
+
+
+@contextlib.contextmanager
+def _no_tracing():
+    """Fails if JAX traces or compiles anything inside the block."""
+    events = []
+
+    def listener(event, duration, **kwargs):
+        del duration, kwargs
+        if "trace" in event or "compile" in event:
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert not events, events
+
+
+def test_oracle_is_exact_under_a_composed_availability_process():
+    # The environment's own availability is 1; the Markov process decides.
+    env = envs.with_availability(
+        envs.bernoulli(20, 4, availability=1.0), availability.markov(0.3, 0.4, 20)
+    )
+    results = fedjax_sel.simulate(
+        {"oracle": bandits.oracle()}, env, num_rounds=40, num_trials=4, seed=0, progress=None
+    )
+    np.testing.assert_array_equal(results.totals["oracle"]["cumulative_regret"], 0.0)
+
+
+def test_oracle_equals_brute_force_over_cohorts():
+    n, k = 7, 3
+    env = envs.with_availability(envs.bernoulli(n, k), availability.markov(0.5, 0.5, n))
+    key = jax.random.PRNGKey(3)
+    state = env.reset(key)
+    for t in range(1, 9):
+        inp = env.observe(state, t, jax.random.fold_in(key, t))
+        means = np.asarray(state.env.means)
+        avail = np.flatnonzero(np.asarray(inp.available))
+        best = max(
+            (sum(means[list(c)]) for c in itertools.combinations(avail, min(k, len(avail)))),
+            default=0.0,
+        )
+        decision = env.oracle(state, inp)
+        assert not np.any(np.asarray(decision.selected) & ~np.asarray(inp.available))
+        _, state, stats = env.step(state, inp, decision, jax.random.fold_in(key, 100 + t))
+        np.testing.assert_allclose(stats.oracle_reward, best, rtol=1e-6)
+        np.testing.assert_allclose(stats.expected_reward, best, rtol=1e-6)
