@@ -80,12 +80,18 @@ def fixed(num_clients: int, clients: Sequence[int]) -> Selector:
     return _stateless(lambda inp, key: Decision(chosen & inp.available))
 
 
-def oracle() -> Selector:
+def oracle(num_clients: int | None = None, num_selected: int | None = None) -> Selector:
     """Plays the environment's oracle decision (best given expectations).
 
     A privileged selector: the runner fills `RoundInput.oracle` with `env.oracle`'s
     decision for it, so its pseudo-regret is exactly zero.
+
+    Args:
+      num_clients: ignored (the decision is the environment's); taken so that the
+        oracle is built like every policy, `factory(num_clients, num_selected)`.
+      num_selected: ignored, as `num_clients`.
     """
+    del num_clients, num_selected
 
     def select(inp, key):
         del key
