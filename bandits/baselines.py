@@ -87,11 +87,14 @@ def oracle(num_clients: int | None = None, num_selected: int | None = None) -> S
     decision for it, so its pseudo-regret is exactly zero.
 
     Args:
-      num_clients: ignored (the decision is the environment's); taken so that the
-        oracle is built like every policy, `factory(num_clients, num_selected)`.
-      num_selected: ignored, as `num_clients`.
+      num_clients: N >= 1 or None; only validated (the decision is the environment's),
+        so that the oracle is built like every policy, `factory(num_clients, num_selected)`.
+      num_selected: k, 1 <= k <= N, or None; only validated, as `num_clients`.
     """
-    del num_clients, num_selected
+    if num_clients is not None:
+        n = validation.positive_int("num_clients", num_clients)
+        if num_selected is not None:
+            validation.num_selected(num_selected, n)
 
     def select(inp, key):
         del key
