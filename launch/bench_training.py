@@ -24,7 +24,7 @@ import json
 
 from absl import app, flags
 
-from launch.training_benchmark import benchmark
+from experiments.training_benchmark import benchmark
 
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", 8, "N clients.")
 _NUM_SELECTED = flags.DEFINE_integer("num_selected", 2, "k clients per round.")

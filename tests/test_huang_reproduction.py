@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from launch import reproductions
+from experiments import reproductions
 
 SMALL = dict(num_trials=4, num_rounds=200, seed=0)
 

@@ -28,8 +28,8 @@ import numpy as np
 
 import bandits
 import fedjax_sel
+from experiments.reproductions import Figure, Options
 from fedjax_sel import envs
-from launch.reproductions import Figure, Options
 
 NUM_CLIENTS, NUM_SELECTED, FAIRNESS_RATE = 40, 8, 0.15
 PENALTY_WEIGHTS = (1, 10, 20, 50, 100)

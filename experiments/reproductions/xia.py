@@ -15,10 +15,10 @@ import numpy as np
 
 import bandits
 import fedjax_sel
+from experiments.reproductions import Figure, Options
 from fedjax_sel import fairness_lp
 from fedjax_sel.envs import wireless_latency
 from fedjax_sel.envs.wireless_latency import PRESETS
-from launch.reproductions import Figure, Options
 
 NON_IDEAL_DISTANCES_KM = (0.45, 0.35, 0.25)  # mu_1 < mu_2 < mu_3 as Fig. 5 reads (spec §5)
 FAIRNESS = (0.6, 0.5, 0.4)

@@ -21,8 +21,8 @@ import numpy as np
 
 import bandits
 import fedjax_sel
+from experiments.reproductions import Figure, Options
 from fedjax_sel import envs
-from launch.reproductions import Figure, Options
 
 NUM_SERVERS = 3
 PER_SERVER = 2
