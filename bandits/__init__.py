@@ -1,7 +1,10 @@
 """Client-selection policies: factories returning a `fedjax_sel.Selector`.
 
 `REGISTRY` maps a name to a factory called as `factory(num_clients, num_selected,
-**hyperparameters)`; launch scripts build policies by name through `make`.
+**hyperparameters)`; launch scripts build policies by name through `make`. Adding a
+policy is one module and one `REGISTRY.register` line; a variant of a policy is a
+registration with its options bound (`thompson_gaussian`). Every entry is checked by
+tests/test_policy_conformance.py.
 """
 
 from bandits.baselines import fixed, group_round_robin, oracle, random, round_robin
@@ -10,37 +13,43 @@ from bandits.dfl_ccmab import dfl_ccmab
 from bandits.epsilon_greedy import epsilon_greedy
 from bandits.local_accuracy import local_accuracy
 from bandits.per_server import per_server_epsilon_greedy, per_server_random
-from bandits.rbcs_f import RBCSFState, fedcs, lower_confidence_bound, rbcs_f, theory_exploration
+from bandits.rbcs_f import (
+    FedCSState,
+    RBCSFState,
+    fedcs,
+    lower_confidence_bound,
+    rbcs_f,
+    theory_exploration,
+)
 from bandits.thompson import thompson
 from bandits.ucb import ucb
+from fedjax_sel.registry import Registry
+from fedjax_sel.types import Selector
 
-REGISTRY = {
-    "cs_ucb": cs_ucb,
-    "cs_ucb_q": cs_ucb_q,
-    "dfl_ccmab": dfl_ccmab,
-    "dfl_ccmab_literal": lambda n, k, **kw: dfl_ccmab(n, k, exploration_scale=1.0, **kw),
-    "epsilon_greedy": epsilon_greedy,
-    "fedcs": fedcs,
-    "group_round_robin": group_round_robin,
-    "local_accuracy": local_accuracy,
-    "modified_cs_ucb": modified_cs_ucb,
-    "oracle": lambda num_clients, num_selected: oracle(),
-    "per_server_epsilon_greedy": per_server_epsilon_greedy,
-    "per_server_random": per_server_random,
-    "random": random,
-    "rbcs_f": rbcs_f,
-    "round_robin": round_robin,
-    "thompson": thompson,
-    "thompson_gaussian": lambda n, k, **kw: thompson(n, k, prior="gaussian", **kw),
-    "ucb": ucb,
-}
+REGISTRY = Registry("policy")
+REGISTRY.register("cs_ucb", cs_ucb)
+REGISTRY.register("cs_ucb_q", cs_ucb_q)
+REGISTRY.register("dfl_ccmab", dfl_ccmab)
+REGISTRY.register("dfl_ccmab_literal", dfl_ccmab, exploration_scale=1.0)
+REGISTRY.register("epsilon_greedy", epsilon_greedy)
+REGISTRY.register("fedcs", fedcs)
+REGISTRY.register("group_round_robin", group_round_robin)
+REGISTRY.register("local_accuracy", local_accuracy)
+REGISTRY.register("modified_cs_ucb", modified_cs_ucb)
+REGISTRY.register("oracle", oracle)
+REGISTRY.register("per_server_epsilon_greedy", per_server_epsilon_greedy)
+REGISTRY.register("per_server_random", per_server_random)
+REGISTRY.register("random", random)
+REGISTRY.register("rbcs_f", rbcs_f)
+REGISTRY.register("round_robin", round_robin)
+REGISTRY.register("thompson", thompson)
+REGISTRY.register("thompson_gaussian", thompson, prior="gaussian")
+REGISTRY.register("ucb", ucb)
 
 
-def make(name: str, num_clients: int, num_selected: int, **hyperparameters):
-    """Builds the registered policy `name` (see `REGISTRY`)."""
-    if name not in REGISTRY:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(REGISTRY))}.")
-    return REGISTRY[name](num_clients, num_selected, **hyperparameters)
+def make(name: str, num_clients: int, num_selected: int, **hyperparameters) -> Selector:
+    """Builds the registered policy `name` (see `REGISTRY` and `Registry.make`)."""
+    return REGISTRY.make(name, num_clients, num_selected, **hyperparameters)
 
 
 __all__ = [
@@ -49,6 +58,7 @@ __all__ = [
     "dfl_ccmab",
     "epsilon_greedy",
     "fedcs",
+    "FedCSState",
     "fixed",
     "group_round_robin",
     "local_accuracy",

@@ -79,12 +79,21 @@ def fixed(num_clients: int, clients: Sequence[int]) -> Selector:
     return _stateless(lambda inp, key: Decision(chosen & inp.available))
 
 
-def oracle() -> Selector:
+def oracle(num_clients: int | None = None, num_selected: int | None = None) -> Selector:
     """Plays the environment's oracle decision (best given expectations).
 
     A privileged selector: the runner fills `RoundInput.oracle` with `env.oracle`'s
     decision for it, so its pseudo-regret is exactly zero.
+
+    Args:
+      num_clients: N >= 1 or None; only validated (the decision is the environment's),
+        so that the oracle is built like every policy, `factory(num_clients, num_selected)`.
+      num_selected: k, 1 <= k <= N, or None; only validated, as `num_clients`.
     """
+    if num_clients is not None:
+        n = validation.positive_int("num_clients", num_clients)
+        if num_selected is not None:
+            validation.num_selected(num_selected, n)
 
     def select(inp, key):
         del key

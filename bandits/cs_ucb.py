@@ -137,7 +137,7 @@ def modified_cs_ucb(num_clients: int, num_selected: int) -> Selector:
 def cs_ucb_q(
     num_clients: int,
     num_selected: int,
-    fairness,
+    fairness=0.0,
     beta: float = 0.01,
     availability=1.0,
     queue_from_first_round: bool = False,
@@ -161,6 +161,11 @@ def cs_ucb_q(
       num_clients: K >= 1.
       num_selected: N channels, 1 <= N <= K.
       fairness: c, f32[K] (or a scalar for all) of minimum selection rates (eq. 6).
+        The default 0 (no target) is the one setting of eq. 6's c_k in [0, 1) that is
+        feasible for every K, N and availability (the paper's targets depend on the
+        data sizes s_k and on N, §II.C); with it the queues stay at 0 and the policy is
+        the truncated UCB of eq. 26 over the available clients. Pass the paper's c for
+        its fairness guarantee (Theorem 3).
       beta: weight of the queues, in [0, 1] (beta > 0 for the fairness guarantee of
         Theorem 3).
       availability: alpha_k, a scalar or f32[K]; used only to reject infeasible targets.

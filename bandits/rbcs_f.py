@@ -189,12 +189,28 @@ def rbcs_f(
     return Selector(init=init, select=select, update=update)
 
 
+class FedCSState(NamedTuple):
+    r"""FedCS's own estimate of exchange times, when the true coefficients are not given.
+
+    Attributes:
+      inverse: f32[N, d, d], :math:`H_{t-1,n}^{-1}` of RBCS-F's ridge regression (eq. 18).
+      moment: f32[N, d], :math:`b_{t-1,n}` (eq. 18).
+      context: f32[N, d], the contexts of the round being played, kept for the update.
+    """
+
+    inverse: chex.Array
+    moment: chex.Array
+    context: chex.Array
+
+
 def fedcs(
     num_clients: int,
     num_selected: int,
-    known_coefficients: chex.Array,
+    known_coefficients: chex.Array | None = None,
     deadline_s: float = 3.0,
     cap_at_num_selected: bool = False,
+    context_dim: int = 3,
+    ridge: float = 1.0,
 ) -> Selector:
     r"""FedCS with a deadline, as adapted in Huang et al., Sec. 6.1.1 (FedCS(3)).
 
@@ -204,50 +220,87 @@ def fedcs(
     so the cohort size varies by round and may exceed m; `cap_at_num_selected` keeps the
     m fastest of them instead.
 
+    Without `known_coefficients` (the paper's FedCS(3) is given them; the original
+    FedCS of Nishio and Yonetani estimates each client's time from what the client
+    reports), the expected time is FedCS's own estimate :math:`c_{t,n}^\top
+    \hat\theta_{t,n}`, the per-client ridge regression of RBCS-F (eqs. 17-18) on the
+    observed exchange times, with no confidence width. The estimate starts at 0, so every
+    available client qualifies until it has been observed. The paper's setting is the one
+    with the coefficients; this default only makes `fedcs(N, m)` a usable policy.
+
     Args:
       num_clients: N >= 1.
       num_selected: m, 1 <= m <= N (used only with `cap_at_num_selected`).
-      known_coefficients: f32[N, d], the true :math:`\theta^*_n`.
+      known_coefficients: f32[N, d], the true :math:`\theta^*_n`, or None to estimate them.
       deadline_s: the deadline in seconds, > 0.
       cap_at_num_selected: select at most m clients (the fastest qualifying).
+      context_dim: d >= 1 of the estimate (3 in Sec. 4.4.2); with `known_coefficients`,
+        d is their second dimension.
+      ridge: :math:`\lambda > 0` of the estimate (eq. 17; 1 in Table II).
 
     Returns:
-      A stateless `Selector` that reads `RoundInput.context` (f32[N, d]).
+      A `Selector` that reads `RoundInput.context` (f32[N, d]): stateless with
+      `known_coefficients`, else with a `FedCSState` updated from `Feedback.latency`.
     """
     n = validation.positive_int("num_clients", num_clients)
     m = validation.num_selected(num_selected, n)
-    theta_np = np.asarray(known_coefficients, np.float32)
-    if theta_np.ndim != 2:
-        raise ValueError(
-            f"known_coefficients must have shape (num_clients, d), got {theta_np.shape}."
-        )
-    theta = jnp.asarray(
-        validation.array_in_range("known_coefficients", theta_np, (n, theta_np.shape[1]))
-    )
-    d = theta.shape[1]
     deadline = validation.positive_float("deadline_s", deadline_s)
+    lam = validation.positive_float("ridge", ridge)
+    if known_coefficients is None:
+        d = validation.positive_int("context_dim", context_dim)
+        theta = None
+    else:
+        theta_np = np.asarray(known_coefficients, np.float32)
+        if theta_np.ndim != 2:
+            raise ValueError(
+                f"known_coefficients must have shape (num_clients, d), got {theta_np.shape}."
+            )
+        theta = jnp.asarray(
+            validation.array_in_range("known_coefficients", theta_np, (n, theta_np.shape[1]))
+        )
+        d = theta.shape[1]
 
     def init(key):
         del key
-        return ()
+        if theta is not None:
+            return ()
+        return FedCSState(
+            inverse=jnp.broadcast_to(jnp.eye(d, dtype=jnp.float32) / lam, (n, d, d)),
+            moment=jnp.zeros((n, d), jnp.float32),
+            context=jnp.zeros((n, d), jnp.float32),
+        )
 
     def select(state, inp, key):
         del key
-        expected = jnp.sum(_checked_context(inp.context, n, d) * theta, axis=1)
+        c = _checked_context(inp.context, n, d)
+        if theta is not None:
+            expected = jnp.sum(c * theta, axis=1)
+        else:
+            expected = lower_confidence_bound(state, c, jnp.float32(0.0), clip_at_zero=False)
+            state = state._replace(context=c)
         qualified = inp.available & (expected < deadline)
         if cap_at_num_selected:
             qualified = ops.top_k_mask(-expected, qualified, m)
         return Decision(qualified), state
 
     def update(state, decision, feedback):
-        del decision, feedback
-        return state
+        if theta is not None:
+            return state
+        seen = decision.selected & feedback.observed
+        tau = jnp.where(seen, feedback.latency, 0.0)
+        return state._replace(
+            inverse=kernels.sherman_morrison_update(state.inverse, state.context, seen),
+            moment=state.moment + tau[:, None] * state.context,
+        )
 
     return Selector(init=init, select=select, update=update)
 
 
 def lower_confidence_bound(
-    state: RBCSFState, context: chex.Array, exploration: chex.Array, clip_at_zero: bool = True
+    state: RBCSFState | FedCSState,
+    context: chex.Array,
+    exploration: chex.Array,
+    clip_at_zero: bool = True,
 ) -> chex.Array:
     r"""f32[N], the optimistic exchange times :math:`\bar\tau_{t,n}` (eqs. 18-19).
 

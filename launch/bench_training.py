@@ -24,7 +24,8 @@ import json
 
 from absl import app, flags
 
-from launch.training_benchmark import benchmark
+from experiments.training_benchmark import benchmark
+from fedjax_sel import threefry_cpu
 
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", 8, "N clients.")
 _NUM_SELECTED = flags.DEFINE_integer("num_selected", 2, "k clients per round.")
@@ -40,6 +41,8 @@ _OUTPUT = flags.DEFINE_string("output", None, "Write the numbers to this JSON fi
 
 def main(argv):
     del argv
+    # Both sides draw their minibatches through the same (straight-line) threefry.
+    threefry_cpu.register()
     numbers = benchmark(
         _NUM_CLIENTS.value,
         _NUM_SELECTED.value,

@@ -19,8 +19,7 @@ from absl import app, flags
 
 import bandits
 import fedjax_sel
-from fedjax_sel import envs
-from launch import bench
+from experiments import bench
 
 _POLICY = flags.DEFINE_enum("policy", "ucb", sorted(bandits.REGISTRY), "Policy to run.")
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", 10000, "N.", lower_bound=10)
@@ -41,39 +40,16 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
-    n = _NUM_CLIENTS.value
-    k = n // 10
-    env = envs.bernoulli(n, k)
-    policies = {_POLICY.value: bandits.make(_POLICY.value, n, k)}
-    out = {}
-
-    def run():
-        out["results"] = fedjax_sel.simulate(
-            policies,
-            env,
-            num_rounds=_NUM_ROUNDS.value,
-            num_trials=_NUM_TRIALS.value,
-            seed=_SEED.value,
-            rounds_per_chunk=min(_ROUNDS_PER_CHUNK.value, _NUM_ROUNDS.value),
-            checkpoint_dir=_CHECKPOINT_DIR.value,
-            memory_budget_bytes=_BUDGET.value,
-        )
-
-    measured = bench.measure(run)
-    results = out["results"]
-    report = {
-        "policy": _POLICY.value,
-        "num_clients": n,
-        "num_selected": k,
-        "num_trials": _NUM_TRIALS.value,
-        "num_rounds": _NUM_ROUNDS.value,
-        "memory_budget_bytes": _BUDGET.value,
-        "trials_per_chunk": results.config["trials_per_chunk"],
-        "final_regret_mean": results.final(_POLICY.value)[0],
-        "load_average": os.getloadavg()[0],
-        "machine": bench.machine(),
-        **measured,
-    }
+    report = bench.memory_run(
+        _POLICY.value,
+        num_clients=_NUM_CLIENTS.value,
+        num_trials=_NUM_TRIALS.value,
+        num_rounds=_NUM_ROUNDS.value,
+        memory_budget_bytes=_BUDGET.value,
+        rounds_per_chunk=_ROUNDS_PER_CHUNK.value,
+        checkpoint_dir=_CHECKPOINT_DIR.value,
+        seed=_SEED.value,
+    )
     if os.path.dirname(_OUTPUT.value):
         os.makedirs(os.path.dirname(_OUTPUT.value), exist_ok=True)
     with open(_OUTPUT.value, "w") as f:

@@ -12,7 +12,7 @@ dataset instead of their offline default:
   python -m launch.reproduce --flagfile=launch/flagfiles/huang_training_fig5a_calibrated.cfg \
       --dataset=fashion_mnist --data_dir=~/tensorflow_datasets
 
-The figures themselves live in `launch/reproductions/<paper>.py`.
+The figures themselves live in `experiments/reproductions/<paper>.py`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import sys
 from absl import app, flags
 
 import fedjax_sel
-from launch import reproductions
+from experiments import reproductions
 
-_PAPER = flags.DEFINE_string("paper", None, "Seed paper: a module of launch/reproductions.")
+_PAPER = flags.DEFINE_string("paper", None, "Seed paper: a module of experiments/reproductions.")
 _FIGURE = flags.DEFINE_string("figure", None, "Figure of that paper.")
 _SETTING = flags.DEFINE_enum("setting", "calibrated", ["literal", "calibrated"], "Parameters.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "out/reproductions", "Output directory.")

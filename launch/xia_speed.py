@@ -12,16 +12,12 @@ linearly to `num_trials`. Prints a JSON line.
 from __future__ import annotations
 
 import json
-import time
 
-import numpy as np
 from absl import app, flags
 
-import bandits
 import fedjax_sel
-from fedjax_sel.envs import wireless_latency
+from experiments import bench
 from fedjax_sel.envs.wireless_latency import PRESETS
-from launch.xia_numpy import numpy_cs_ucb_trial
 
 _NUM_TRIALS = flags.DEFINE_integer("num_trials", 8, "Trials of the jitted run.", lower_bound=1)
 _NUM_ROUNDS = flags.DEFINE_integer("num_rounds", 50, "Rounds per trial.", lower_bound=1)
@@ -31,41 +27,14 @@ _CHUNK = flags.DEFINE_integer(
 )
 _PRESET = flags.DEFINE_enum("preset", "literal", sorted(PRESETS), "Deadline preset.")
 
-K, N = 20, 5  # the Figure 1 setting
-
 
 def main(argv):
     del argv
     fedjax_sel.configure_cpu()
-    trials, rounds = _NUM_TRIALS.value, _NUM_ROUNDS.value
-    env = wireless_latency(K, N, preset=_PRESET.value)
-    start = time.perf_counter()
-    res = fedjax_sel.simulate(
-        bandits.cs_ucb(K, N), env, rounds, trials, trials_per_chunk=_CHUNK.value, progress=None
+    numbers = bench.xia_speed(
+        _NUM_TRIALS.value, _NUM_ROUNDS.value, _PRESET.value, _CHUNK.value, _NUMPY_TRIALS.value
     )
-    jax_s = time.perf_counter() - start
-    rng = np.random.default_rng(0)
-    start = time.perf_counter()
-    numpy_latency = [
-        numpy_cs_ucb_trial(rng, rounds, PRESETS[_PRESET.value]) for _ in range(_NUMPY_TRIALS.value)
-    ]
-    numpy_s = time.perf_counter() - start
-    per_trial = numpy_s / _NUMPY_TRIALS.value
-    print(
-        json.dumps(
-            {
-                "num_trials": trials,
-                "num_rounds": rounds,
-                "jax_wall_s_including_compile": jax_s,
-                "numpy_trials_timed": _NUMPY_TRIALS.value,
-                "numpy_s_per_trial": per_trial,
-                "numpy_extrapolated_s": per_trial * trials,
-                "speedup": per_trial * trials / jax_s,
-                "jax_mean_latency_s": res.final("policy", "cumulative_latency")[0],
-                "numpy_mean_latency_s": float(np.mean(numpy_latency)),
-            }
-        )
-    )
+    print(json.dumps(numbers))
 
 
 if __name__ == "__main__":

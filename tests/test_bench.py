@@ -9,8 +9,8 @@ import pytest
 
 import bandits
 import fedjax_sel
+from experiments import bench
 from fedjax_sel import envs, runner
-from launch import bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from launch import reproductions
-from launch.reproductions import chen
+from experiments import reproductions
+from experiments.reproductions import chen
 
 FLAGFILES = os.path.join(os.path.dirname(__file__), os.pardir, "launch", "flagfiles")
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from launch import reproductions
+from experiments import reproductions
 
 SMALL = dict(num_trials=4, num_rounds=200, seed=0)
 
@@ -45,7 +45,7 @@ def test_fig2_higher_v_higher_queue_on_a_small_setting(outputs):
 
 
 def test_flagfiles_name_existing_figures():
-    root = os.path.join(os.path.dirname(os.path.dirname(reproductions.__file__)), "flagfiles")
+    root = os.path.join(os.path.dirname(__file__), os.pardir, "launch", "flagfiles")
     names = sorted(n for n in os.listdir(root) if n.startswith("huang_fig"))
     assert names
     for name in names:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from launch import reproductions
+from experiments import reproductions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -16,10 +16,10 @@ import tensorflow_datasets as tfds
 
 import fedjax_sel
 import models
+from experiments.reproductions import Options, huang_training, reproduce
+from experiments.reproductions.huang_training import dirichlet_biased
 from fedjax_sel import envs
 from fedjax_sel.types import RoundInput
-from launch.reproductions import Options, huang_training, reproduce
-from launch.reproductions.huang_training import dirichlet_biased
 
 
 def test_xia_fig2_runs_on_a_small_setting(tmp_path):

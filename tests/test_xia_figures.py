@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from launch.reproductions import Options, reproduce, xia
+from experiments.reproductions import Options, reproduce, xia
 
 
 def options(tmp_path, trials, rounds):

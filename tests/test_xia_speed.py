@@ -12,14 +12,14 @@ import numpy as np
 
 import bandits
 import fedjax_sel
+from experiments import reference
 from fedjax_sel.envs import wireless_latency
-from launch import xia_numpy
 
 
 def test_numpy_baseline_matches_jitted_cs_ucb_in_distribution():
     rounds = 60
     rng = np.random.default_rng(0)
-    ours = np.asarray([xia_numpy.numpy_cs_ucb_trial(rng, rounds, 0.5) for _ in range(60)])
+    ours = np.asarray([reference.numpy_cs_ucb_trial(rng, rounds, 0.5) for _ in range(60)])
     env = wireless_latency(20, 5, preset="calibrated")
     res = fedjax_sel.simulate(bandits.cs_ucb(20, 5), env, rounds, 256, progress=None)
     jitted = np.asarray(res.totals["policy"]["cumulative_latency"])

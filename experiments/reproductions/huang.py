@@ -28,8 +28,9 @@ import numpy as np
 
 import bandits
 import fedjax_sel
+from experiments.reproductions import Figure, Options
 from fedjax_sel import envs
-from launch.reproductions import Figure, Options
+from fedjax_sel.plot import plot, pyplot, save
 
 NUM_CLIENTS, NUM_SELECTED, FAIRNESS_RATE = 40, 8, 0.15
 PENALTY_WEIGHTS = (1, 10, 20, 50, 100)
@@ -80,20 +81,9 @@ def _results(options: Options, default_rounds: int) -> fedjax_sel.Results:
     )
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _save(fig, options: Options, figure: str) -> str:
     path = os.path.join(options.output_dir, f"huang_fig{figure}_{options.setting}.png")
-    fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
-    return path
+    return save(fig, path, dpi=120)
 
 
 def _rbcs(v: int) -> str:
@@ -104,17 +94,18 @@ def fig2_queues(options: Options) -> dict:
     """Fig. 2: mean queue length over clients vs round, one curve per V."""
     res = _results(options, default_rounds=2000)
     t = res.num_rounds
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4))
+    rbcs = [_rbcs(v) for v in PENALTY_WEIGHTS]
+    for ax, metric, name in zip(
+        axes,
+        ("mean_queue", "max_queue"),
+        ("mean over clients of Z", "max over clients of Z"),
+        strict=True,
+    ):
+        plot(res, f"extra/{metric}", rbcs, ax=ax, title="", ylabel=name)
     numbers = {"num_rounds": t, "num_trials": res.num_trials}
     growth = {}
     for v in PENALTY_WEIGHTS:
-        for ax, metric in zip(axes, ("mean_queue", "max_queue"), strict=True):
-            mean, half = res.curve(_rbcs(v), f"extra/{metric}")
-            (line,) = ax.plot(np.arange(1, t + 1), mean, label=_rbcs(v))
-            ax.fill_between(
-                np.arange(1, t + 1), mean - half, mean + half, alpha=0.2, color=line.get_color()
-            )
         mean = res.curve(_rbcs(v), "extra/mean_queue")[0]
         quarter = max(t // 4, 1)
         growth[v] = {
@@ -125,10 +116,6 @@ def fig2_queues(options: Options) -> dict:
             "final_max_queue_over_t": float(res.curve(_rbcs(v), "extra/max_queue")[0][-1] / t),
             "final_queue_square_sum": float(res.curve(_rbcs(v), "extra/queue_square_sum")[0][-1]),
         }
-    for ax, name in zip(axes, ("mean over clients of Z", "max over clients of Z"), strict=True):
-        ax.set_xlabel("round")
-        ax.set_ylabel(name)
-        ax.legend()
     fig.suptitle(f"Fig. 2: queues under RBCS-F(V) ({options.setting}, {res.num_trials} trials)")
     fig.tight_layout()
     numbers["png"] = _save(fig, options, "2")
@@ -168,18 +155,22 @@ def fig2_queues(options: Options) -> dict:
 def fig3_time(options: Options) -> dict:
     """Fig. 3: cumulative training time vs round."""
     res = _results(options, default_rounds=500)
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7, 4.5))
     order = [*(_rbcs(v) for v in PENALTY_WEIGHTS), "random", "FedCS(3)"]
     references = ["oracle pi'(20)", "fastest-m"]
-    fedjax_sel.plot(res, "cumulative_latency", order, ax=ax)
-    for name in references:
-        mean = res.curve(name, "cumulative_latency")[0]
-        ax.plot(np.arange(1, res.num_rounds + 1), mean, "--", label=name)
-    ax.set_ylabel("cumulative round time (s)")
-    ax.set_title(f"Fig. 3: training time ({options.setting}, {res.num_trials} trials)")
+    plot(res, "cumulative_latency", order, ax=ax, legend=False)
+    plot(
+        res,
+        "cumulative_latency",
+        references,
+        ax=ax,
+        title=f"Fig. 3: training time ({options.setting}, {res.num_trials} trials)",
+        bands=False,
+        ylabel="cumulative round time (s)",
+        linestyle="--",
+        legend=False,
+    )
     ax.legend(fontsize=8)
-    fig.tight_layout()
     totals = {p: res.final(p, "cumulative_latency") for p in order + references}
     numbers = {
         "num_rounds": res.num_rounds,
@@ -208,8 +199,7 @@ def fig4_pulls(options: Options) -> dict:
     names = ["random", *(_rbcs(v) for v in PENALTY_WEIGHTS), "FedCS(3)"]
     # Trial means per client; clients are sorted ascending, as in the paper's heat map.
     pulls = np.stack([np.sort(res.selection_fraction[p] * t) for p in names])
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 3.8))
+    fig, ax = pyplot().subplots(figsize=(9, 3.8))
     image = ax.imshow(pulls, aspect="auto", cmap="inferno")
     ax.set_yticks(range(len(names)), names)
     ax.set_xlabel("clients, ascending pull count")

@@ -35,9 +35,7 @@ import numpy as np
 
 import bandits
 import models
-from fedjax_sel import envs, fl
-from launch.reproductions import Figure, Options
-from launch.training_figures import (
+from experiments.figures import (
     DIGITS_DATASETS,
     final_accuracy,
     load_data,
@@ -45,6 +43,8 @@ from launch.training_figures import (
     run_policies,
     time_to,
 )
+from experiments.reproductions import Figure, Options
+from fedjax_sel import envs, fl
 
 NUM_CLIENTS, NUM_CHANNELS = 20, 5
 

@@ -12,7 +12,7 @@ drawn once per run; gamma_2 in {0.1, 1, 10} next to uniform random. Claim: a hig
 gamma_2 (fairer selection) gives a higher final accuracy (spec §6.1).
 
 Figs. 6 and 7 (one run, panel (a): Fashion-MNIST, gamma_1 = 1): RBCS-F(V), random and
-FedCS(3) select the clients, as in the numerical study of `launch.reproductions.huang`,
+FedCS(3) select the clients, as in the numerical study of `experiments.reproductions.huang`,
 and the exchange-time model of Sec. 6.1 (`envs.exchange_time`, Table I, m = 8, beta =
 0.15) drives the training environment as its `delay_env`: it gives each round's
 availability and contexts (which RBCS-F and FedCS(3) need), the clients' exchange times
@@ -49,14 +49,14 @@ import numpy as np
 
 import bandits
 import models
+from experiments.figures import final_accuracy, plot_accuracy, run_policies, time_to
+from experiments.reproductions import Figure, Options
 from fedjax_sel import data, envs, fl, validation
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.data.sources import TFDS_DATASETS
 from fedjax_sel.ops import gumbel_top_k
 from fedjax_sel.results import Results
 from fedjax_sel.types import Decision, Env, Selector
-from launch.reproductions import Figure, Options
-from launch.training_figures import final_accuracy, plot_accuracy, run_policies, time_to
 
 NUM_CLIENTS, NUM_SELECTED, FAIRNESS_RATE = 40, 8, 0.15
 GAMMA_2 = (0.1, 1.0, 10.0)

@@ -1,4 +1,10 @@
-"""NumPy reference implementations of the registered policies, for speed comparisons.
+"""NumPy references of the simulator, for speed comparisons: what JAX is measured against.
+
+Two references live here: the registered stationary-bandit policies (`REGISTRY`,
+`simulate`; timed by `experiments.bench`) and CS-UCB on the latency model of Xia et al.
+(`numpy_cs_ucb_trial`; timed by `launch.xia_speed`).
+
+Stationary policies.
 
 Each reference is what a careful researcher would write without JAX: one trial at a
 time, a Python loop over rounds, every round vectorised over clients with
@@ -28,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedjax_sel import validation
+from fedjax_sel.envs.wireless_latency import compute_bounds, snr_db
 
 
 class Policy(NamedTuple):
@@ -222,3 +229,40 @@ def simulate(
             for m in range(num_trials)
         ]
     )
+
+
+XIA_CLIENTS, XIA_SELECTED = 20, 5  # K and N of Figure 1 of Xia et al.
+
+
+def numpy_cs_ucb_trial(rng: np.random.Generator, num_rounds: int, deadline: float) -> float:
+    """One trial of CS-UCB (Algorithm 1) on Xia et al.'s latency model, in plain NumPy.
+
+    A Python loop over rounds, vectorized over the clients of a round, with the same model
+    and policy as `fedjax_sel.envs.wireless_latency` (literal constants, geometry per
+    trial) and `bandits.cs_ucb`, K = 20 clients and N = 5 channels. Returns the trial's
+    cumulative latency (s).
+    """
+    K, N = XIA_CLIENTS, XIA_SELECTED
+    low, high = compute_bounds(K)
+    snr = 10 ** (snr_db(np.maximum(0.5 * np.sqrt(rng.uniform(size=K)), 0.001)) / 10)
+    kappa = -(-K // N)
+    perm = rng.permutation(K)
+    extra = rng.permutation(perm[: (kappa - 1) * N])[: kappa * N - K]
+    schedule = np.concatenate([perm, extra]).reshape(kappa, N)
+    sums, counts, total = np.zeros(K), np.zeros(K), 0.0
+    for t in range(1, num_rounds + 1):
+        if t <= kappa:
+            chosen = schedule[t - 1]
+        else:
+            index = sums / counts + np.sqrt((N + 1) * np.log(t) / counts)
+            chosen = np.argpartition(-index, N - 1)[:N]
+        raw = (
+            5e3 / (15e3 * np.log2(1 + snr * rng.exponential(size=K)))
+            + 5e3 / (15e3 * np.log2(1 + snr * rng.exponential(size=K)))
+            + 2.0 / rng.uniform(low, high)
+        )
+        latency = np.minimum(raw, deadline)
+        sums[chosen] += 1.0 - latency[chosen] / deadline
+        counts[chosen] += 1.0
+        total += latency[chosen].max()
+    return total

@@ -8,14 +8,13 @@ a figure on another dataset, e.g. a prepared tfds one (`load_data`).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 import fedjax_sel
 from fedjax_sel import data, fl
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.data.sources import TFDS_DATASETS
+from fedjax_sel.plot import pyplot, save
 from fedjax_sel.results import Results
 
 # Datasets a figure on the digits may be re-run on (`Options.dataset`).
@@ -56,26 +55,19 @@ def time_to(results: Results, policy: str, target: float) -> float:
 
 def plot_accuracy(results: Results, path: str, title: str, time_axis: bool) -> None:
     """Test accuracy against rounds (and against wall-clock time) per policy."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
     panels = 2 if time_axis else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
-    for policy in results.policies:
-        mean, half = results.curve(policy, "accuracy")
-        rounds = np.arange(1, mean.size + 1)
-        axes[0, 0].plot(rounds, mean, label=policy)
-        axes[0, 0].fill_between(rounds, mean - half, mean + half, alpha=0.2)
-        if time_axis:
-            elapsed = results.curves[policy]["cumulative_latency"]["mean"]
-            axes[0, 1].plot(elapsed, mean, label=policy)
-    axes[0, 0].set(xlabel="round", ylabel="test accuracy", title=title)
+    fig, axes = pyplot().subplots(1, panels, figsize=(5.5 * panels, 4), squeeze=False)
+    fedjax_sel.plot(results, "accuracy", ax=axes[0, 0], title=title, ylabel="test accuracy")
     if time_axis:
-        axes[0, 1].set(xlabel="wall-clock time (s)", ylabel="test accuracy")
-    axes[0, 0].legend()
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+        fedjax_sel.plot(
+            results,
+            "accuracy",
+            ax=axes[0, 1],
+            title="",
+            x="cumulative_latency",
+            bands=False,
+            xlabel="wall-clock time (s)",
+            ylabel="test accuracy",
+            legend=False,
+        )
+    save(fig, path)

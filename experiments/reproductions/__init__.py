@@ -1,6 +1,6 @@
 """Paper reproductions, one module per paper, run by `python -m launch.reproduce`.
 
-A module `launch/reproductions/<paper>.py` defines `FIGURES`, a mapping from a figure
+A module `experiments/reproductions/<paper>.py` defines `FIGURES`, a mapping from a figure
 name ("1", "3", ...) to a `Figure`. Modules are discovered by name, so adding a paper
 needs no registration.
 """

@@ -6,7 +6,7 @@ proposed delay-learning scheduler "can achieve the best performance", i.e. reach
 given accuracy in less wall-clock time than epsilon-greedy and random (spec §6).
 
 The four schedulers and the delay process are those of the delay figures
-(`launch.reproductions.chen`): the CC-MAB scheduler `bandits.dfl_ccmab` (calibrated
+(`experiments.reproductions.chen`): the CC-MAB scheduler `bandits.dfl_ccmab` (calibrated
 exploration scale c_E = 0.01, horizon = the run's rounds), per-server epsilon-greedy
 (epsilon = 0.3) and random, and the oracle that knows the round's realised delays. The
 delay environment `dfl_delay` (Sec. 7.1: fading channels, CPU activity and data-amount
@@ -27,10 +27,7 @@ from __future__ import annotations
 import os
 
 import models
-from fedjax_sel import envs
-from launch.reproductions import Figure, Options
-from launch.reproductions.chen import NUM_SERVERS, PER_SERVER, policies
-from launch.training_figures import (
+from experiments.figures import (
     DIGITS_DATASETS,
     final_accuracy,
     load_data,
@@ -38,6 +35,9 @@ from launch.training_figures import (
     run_policies,
     time_to,
 )
+from experiments.reproductions import Figure, Options
+from experiments.reproductions.chen import NUM_SERVERS, PER_SERVER, policies
+from fedjax_sel import envs
 
 NUM_CLIENTS = 18
 ROUNDS = 150

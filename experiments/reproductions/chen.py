@@ -21,8 +21,9 @@ import numpy as np
 
 import bandits
 import fedjax_sel
+from experiments.reproductions import Figure, Options
 from fedjax_sel import envs
-from launch.reproductions import Figure, Options
+from fedjax_sel.plot import pyplot, save
 
 NUM_SERVERS = 3
 PER_SERVER = 2
@@ -115,12 +116,7 @@ def _fig4(options: Options) -> dict:
     means = [delay[p][0] for p in ORDER]
     ordered = bool(all(a < b for a, b in zip(means, means[1:], strict=False)))
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 4))
     fedjax_sel.plot(
         results, "cumulative_latency", list(pols), ax=left, title="(a) cumulative delay"
     )
@@ -130,9 +126,7 @@ def _fig4(options: Options) -> dict:
     left.set_ylabel("cumulative delay (s)")
     right.set_ylabel("cumulative delay - Optimal's (s)")
     fig.suptitle(f"Chen et al. Fig. 4, {options.setting} ({num_trials} trials, 95% CI)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(options.output_dir, f"chen_fig4_{options.setting}.png"))
-    plt.close(fig)
+    save(fig, os.path.join(options.output_dir, f"chen_fig4_{options.setting}.png"))
     return {
         "setting": options.setting,
         "exploration_scale": SCALES[options.setting],
@@ -183,21 +177,14 @@ def fig7_sweep(options: Options, clients: tuple[int, ...] = FIG7_CLIENTS) -> dic
         )
     )
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     for p in ORDER:
         ax.errorbar(clients, final[p], yerr=half[p], marker="o", capsize=3, label=p)
     ax.set_xlabel("number of clients K")
     ax.set_ylabel(f"cumulative delay after {num_rounds} rounds (s)")
     ax.set_title(f"Chen et al. Fig. 7, {options.setting} ({num_trials} trials, 95% CI)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(options.output_dir, f"chen_fig7_{options.setting}.png"))
-    plt.close(fig)
+    save(fig, os.path.join(options.output_dir, f"chen_fig7_{options.setting}.png"))
     return {
         "setting": options.setting,
         "exploration_scale": SCALES[options.setting],

@@ -15,10 +15,11 @@ import numpy as np
 
 import bandits
 import fedjax_sel
+from experiments.reproductions import Figure, Options
 from fedjax_sel import fairness_lp
 from fedjax_sel.envs import wireless_latency
 from fedjax_sel.envs.wireless_latency import PRESETS
-from launch.reproductions import Figure, Options
+from fedjax_sel.plot import plot, pyplot, save
 
 NON_IDEAL_DISTANCES_KM = (0.45, 0.35, 0.25)  # mu_1 < mu_2 < mu_3 as Fig. 5 reads (spec §5)
 FAIRNESS = (0.6, 0.5, 0.4)
@@ -38,21 +39,9 @@ def _deadline(options: Options) -> float:
     return PRESETS[options.setting]
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _save(fig, options: Options, figure: str) -> str:
     path = os.path.join(options.output_dir, f"xia_fig{figure}_{options.setting}.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    _plt().close(fig)
-    return path
+    return save(fig, path, dpi=120)
 
 
 def _ideal(options: Options, num_channels: int, num_rounds: int, num_trials: int):
@@ -72,16 +61,28 @@ def run_fig1(options: Options) -> dict:
     rounds, trials = options.num_rounds or 5000, options.num_trials or 1000
     res = _ideal(options, 5, rounds, trials)
     tau = _deadline(options)
-    t = np.arange(1, rounds + 1)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = pyplot().subplots(1, 3, figsize=(13, 3.8))
+    panels = (
+        ("cumulative_regret", False, tau, "Theta(t) [s]"),
+        ("cumulative_regret", True, tau, "theta(t) [s]"),
+        ("cumulative_failed", False, 1.0, "failed clients"),
+    )
+    for ax, (metric, per_round, scale, label) in zip(axes, panels, strict=True):
+        plot(
+            res,
+            metric,
+            ax=ax,
+            title="",
+            bands=False,
+            scale=scale,
+            per_round=per_round,
+            xlabel="round t",
+            ylabel=label,
+        )
     numbers = {"num_rounds": rounds, "num_trials": trials, "deadline_s": tau}
     for name in res.policies:
         gap = tau * res.curve(name, "cumulative_regret")[0]
         failed = res.curve(name, "cumulative_failed")[0]
-        axes[0].plot(t, gap, label=name)
-        axes[1].plot(t, gap / t, label=name)
-        axes[2].plot(t, failed, label=name)
         numbers[name] = {
             "gap_s": float(gap[-1]),
             "gap_s_ci": float(tau * res.final(name)[1]),
@@ -91,10 +92,6 @@ def run_fig1(options: Options) -> dict:
             "realized_gap_s": float(tau * res.curve(name, "cumulative_realized_regret")[0][-1]),
             "latency_s": float(res.curve(name, "cumulative_latency")[0][-1]),
         }
-    for ax, label in zip(axes, ("Theta(t) [s]", "theta(t) [s]", "failed clients"), strict=True):
-        ax.set_xlabel("round t")
-        ax.set_ylabel(label)
-        ax.legend()
     numbers["figure_path"] = _save(fig, options, "1")
     cs, base = numbers["cs_ucb"], [numbers["random"], numbers["round_robin"]]
     below = all(cs["gap_s"] < b["gap_s"] for b in base)
@@ -118,8 +115,7 @@ def run_fig3(options: Options, channels: tuple[int, ...] = CHANNELS) -> dict:
         res = _ideal(options, n, rounds, trials)
         for name in gaps:
             gaps[name].append(tau * res.final(name)[0])
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3.8))
+    fig, ax = pyplot().subplots(figsize=(5, 3.8))
     for name, values in gaps.items():
         ax.plot(channels, values, "o-", label=name)
     ax.set_xlabel("channels N")
@@ -178,8 +174,7 @@ def run_fig4(options: Options) -> dict:
     tau = _deadline(options)
     names = [f"beta={b:g}" for b in FIG4_BETAS] + ["modified_cs_ucb"]
     t = np.arange(1, rounds + 1)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig, axes = pyplot().subplots(1, 3, figsize=(13, 3.8))
     numbers = {
         "num_rounds": rounds,
         "num_trials": trials,
@@ -228,8 +223,7 @@ def run_fig5(options: Options) -> dict:
     rounds, trials = options.num_rounds or 20000, options.num_trials or 500
     res, means, _ = _non_ideal(options.setting, rounds, trials, options.seed)
     t = np.arange(1, rounds + 1)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True)
+    fig, axes = pyplot().subplots(1, 3, figsize=(13, 3.8), sharey=True)
     numbers = {"num_rounds": rounds, "num_trials": trials, "means": means.tolist()}
     late = t >= min(100, rounds)
     reach = {}
@@ -299,8 +293,7 @@ def run_fig7(
             expected = res.curve("policy", "extra/expected_reward")[0].sum()
             r_stars[rho].append(r_star.value)
             gaps[rho].append(tau * (rounds * r_star.value - expected))
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3.8))
+    fig, ax = pyplot().subplots(figsize=(5, 3.8))
     for rho, values in latency.items():
         ax.plot(channels, values, "o-", label=f"rho={rho:g}")
     ax.set_xlabel("channels N")

@@ -1,0 +1,361 @@
+"""Benchmarks of the simulator: bandit throughput against the NumPy references, timing.
+
+The logic of `launch/bench.py`, `launch/memory_run.py` and `launch/xia_speed.py` (see
+their docstrings), importable without flags. `measure` times a call (wall, CPU and
+compile seconds, from JAX's own compile events) and its peak resident memory;
+`run_suite` measures every (policy, N, M) cell of a grid against the policy's NumPy
+reference (`experiments.reference`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+import bandits
+import fedjax_sel
+from experiments import reference
+from fedjax_sel import envs
+from fedjax_sel.envs import wireless_latency
+from fedjax_sel.envs.wireless_latency import PRESETS
+
+_COMPILE_EVENTS = "/jax/core/compile/"
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+# Seconds spent tracing, lowering and compiling, and the number of XLA compilations.
+_compile_seconds = [0.0]
+_backend_compiles = [0]
+
+
+def _on_duration(event: str, duration: float, **kwargs) -> None:
+    del kwargs
+    if event.startswith(_COMPILE_EVENTS):
+        _compile_seconds[0] += duration
+    if event == _BACKEND_COMPILE:
+        _backend_compiles[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
+def _status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def measure(fn: Callable[[], Any]) -> dict[str, float | None]:
+    """Runs `fn` once: wall, CPU (all threads) and compile seconds, peak and added RSS."""
+    _reset_peak()
+    before = _status_kb("VmRSS")
+    compiled, compiles = _compile_seconds[0], _backend_compiles[0]
+    start, cpu = time.perf_counter(), time.process_time()
+    fn()
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    peak = _status_kb("VmHWM")
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "compile_s": _compile_seconds[0] - compiled,
+        "xla_compilations": _backend_compiles[0] - compiles,
+        "peak_rss_bytes": peak,
+        "added_rss_bytes": None if peak is None or before is None else peak - before,
+    }
+
+
+def machine() -> dict[str, Any]:
+    """The host and JAX backend the figures were taken on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_bytes": memory,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "prng_impl": str(jax.config.jax_default_prng_impl),
+    }
+
+
+def bench_jax(
+    policy: str,
+    num_clients: int,
+    num_trials: int,
+    num_rounds: int,
+    repeats: int,
+    seed: int = 0,
+    memory_budget_bytes: int | None = None,
+) -> dict[str, Any]:
+    """Compiles and runs `simulate` once, then `repeats` more times; median run time."""
+    k = max(1, num_clients // 10)
+    env = envs.bernoulli(num_clients, k)
+    selector = bandits.make(policy, num_clients, k)
+
+    budget = {} if memory_budget_bytes is None else {"memory_budget_bytes": memory_budget_bytes}
+
+    def run():
+        fedjax_sel.simulate(selector, env, num_rounds, num_trials, seed, progress=None, **budget)
+
+    first = measure(run)
+    runs = [measure(run) for _ in range(repeats)]
+    run_s = statistics.median(r["wall_s"] - r["compile_s"] for r in runs)
+    work = num_trials * num_rounds * num_clients
+    return {
+        "compile_s": first["compile_s"],
+        "first_call_s": first["wall_s"],
+        "run_s": run_s,
+        "run_s_all": [r["wall_s"] - r["compile_s"] for r in runs],
+        "recompile_s": sum(r["compile_s"] for r in runs),
+        "xla_compilations": first["xla_compilations"],
+        "xla_recompilations": sum(r["xla_compilations"] for r in runs),
+        "client_rounds_per_s": work / run_s,
+        # Compile time is spent on one core: it leaves the CPU time like the wall time.
+        "client_rounds_per_cpu_s": work
+        / statistics.median(r["cpu_s"] - r["compile_s"] for r in runs),
+        "peak_rss_bytes": max(r["peak_rss_bytes"] or 0 for r in [first, *runs]) or None,
+        "added_rss_bytes": max(r["added_rss_bytes"] or 0 for r in [first, *runs]) or None,
+    }
+
+
+def bench_numpy(
+    policy: str,
+    num_clients: int,
+    num_trials: int,
+    num_rounds: int,
+    seed: int = 0,
+    min_seconds: float = 0.0,
+    tie_break: str = "uniform",
+) -> dict[str, Any]:
+    """Runs the NumPy reference for `num_trials` trials, or more if they took less than
+    `min_seconds`: then again with as many trials as fill `min_seconds` at that pace (a
+    run of a few milliseconds measures noise more than the reference). `tie_break` is
+    the reference's (`reference.TIE_BREAKS`)."""
+    k = max(1, num_clients // 10)
+
+    def run(trials):
+        return measure(
+            lambda: reference.simulate(policy, num_clients, k, num_rounds, trials, seed, tie_break)
+        )
+
+    r = run(num_trials)
+    if r["wall_s"] < min_seconds:
+        num_trials = math.ceil(num_trials * min_seconds / max(r["wall_s"], 1e-6))
+        r = run(num_trials)
+    return {
+        "trials": num_trials,
+        "run_s": r["wall_s"],
+        "tie_break": tie_break,
+        "client_rounds_per_s": num_trials * num_rounds * num_clients / r["wall_s"],
+        "client_rounds_per_cpu_s": num_trials * num_rounds * num_clients / r["cpu_s"],
+        "peak_rss_bytes": r["peak_rss_bytes"],
+        "added_rss_bytes": r["added_rss_bytes"],
+    }
+
+
+def run_suite(
+    policies: list[str],
+    num_clients: list[int],
+    num_trials: list[int],
+    num_rounds: int,
+    repeats: int = 2,
+    reference_trials: int = 2,
+    reference_seconds: float = 0.0,
+    max_client_rounds: float = float("inf"),
+    memory_budget_bytes: int | None = None,
+    seed: int = 0,
+    reference_tie_break: str = "uniform",
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Every cell of the grid; cells over `max_client_rounds` are listed as skipped."""
+    for name in policies:
+        if name not in reference.REGISTRY:
+            raise ValueError(
+                f"policies: {name!r} is not a policy with a NumPy reference on the stationary "
+                f"environment; choose from {sorted(reference.REGISTRY)}."
+            )
+    if reference_tie_break not in reference.TIE_BREAKS:
+        raise ValueError(
+            f"reference_tie_break must be one of {reference.TIE_BREAKS}, "
+            f"got {reference_tie_break!r}."
+        )
+    cells, skipped = [], []
+    for policy in policies:
+        for n in num_clients:
+            numpy_cell = None
+            for m in num_trials:
+                size = {"policy": policy, "num_clients": n, "num_trials": m}
+                if m * num_rounds * n > max_client_rounds:
+                    skipped.append(size)
+                    continue
+                if numpy_cell is None:
+                    numpy_cell = bench_numpy(
+                        policy,
+                        n,
+                        reference_trials,
+                        num_rounds,
+                        seed,
+                        reference_seconds,
+                        reference_tie_break,
+                    )
+                result = bench_jax(policy, n, m, num_rounds, repeats, seed, memory_budget_bytes)
+                cell = {
+                    **size,
+                    "num_selected": max(1, n // 10),
+                    "num_rounds": num_rounds,
+                    "load_average": os.getloadavg()[0],
+                    "jax": result,
+                    "numpy": numpy_cell,
+                    "ratio": result["client_rounds_per_s"] / numpy_cell["client_rounds_per_s"],
+                    "cpu_ratio": result["client_rounds_per_cpu_s"]
+                    / numpy_cell["client_rounds_per_cpu_s"],
+                }
+                cells.append(cell)
+                log(_row(cell))
+    return {"machine": machine(), "num_rounds": num_rounds, "cells": cells, "skipped": skipped}
+
+
+HEADER = (
+    "| policy | N | trials | JAX client-rounds/s | NumPy client-rounds/s | NumPy ties | ratio | "
+    "ratio per CPU-s | compile s | JAX peak RSS MB | NumPy peak RSS MB | load |"
+)
+
+
+def _row(cell: dict[str, Any]) -> str:
+    mb = lambda b: f"{b / 2**20:.0f}" if b else "n/a"
+    ties = cell["numpy"]["tie_break"] if cell["policy"] in reference.TIE_BREAKING else "-"
+    return (
+        f"| {cell['policy']} | {cell['num_clients']} | {cell['num_trials']} | "
+        f"{cell['jax']['client_rounds_per_s']:.3g} | "
+        f"{cell['numpy']['client_rounds_per_s']:.3g} | {ties} | {cell['ratio']:.2f} | "
+        f"{cell['cpu_ratio']:.2f} | "
+        f"{cell['jax']['compile_s']:.2f} | {mb(cell['jax']['peak_rss_bytes'])} | "
+        f"{mb(cell['numpy']['peak_rss_bytes'])} | {cell['load_average']:.1f} |"
+    )
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """The cells of `run_suite` as a Markdown table."""
+    lines = [HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
+    lines += [_row(cell) for cell in results["cells"]]
+    return "\n".join(lines)
+
+
+def memory_run(
+    policy: str,
+    num_clients: int,
+    num_trials: int,
+    num_rounds: int,
+    memory_budget_bytes: int,
+    rounds_per_chunk: int,
+    checkpoint_dir: str | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """One `simulate` of `policy` on the Bernoulli environment (cohort 10% of N) under a
+    memory budget: the trial chunk it chose, its peak memory, wall and CPU seconds."""
+    k = num_clients // 10
+    env = envs.bernoulli(num_clients, k)
+    policies = {policy: bandits.make(policy, num_clients, k)}
+    out = {}
+
+    def run():
+        out["results"] = fedjax_sel.simulate(
+            policies,
+            env,
+            num_rounds=num_rounds,
+            num_trials=num_trials,
+            seed=seed,
+            rounds_per_chunk=min(rounds_per_chunk, num_rounds),
+            checkpoint_dir=checkpoint_dir,
+            memory_budget_bytes=memory_budget_bytes,
+        )
+
+    measured = measure(run)
+    results = out["results"]
+    return {
+        "policy": policy,
+        "num_clients": num_clients,
+        "num_selected": k,
+        "num_trials": num_trials,
+        "num_rounds": num_rounds,
+        "memory_budget_bytes": memory_budget_bytes,
+        "trials_per_chunk": results.config["trials_per_chunk"],
+        "final_regret_mean": results.final(policy)[0],
+        "load_average": os.getloadavg()[0],
+        "machine": machine(),
+        **measured,
+    }
+
+
+def xia_speed(
+    num_trials: int,
+    num_rounds: int,
+    preset: str = "literal",
+    trials_per_chunk: int | None = None,
+    numpy_trials: int = 1,
+) -> dict[str, Any]:
+    """CS-UCB on Xia et al.'s latency model (Fig. 1: K = 20, N = 5), jitted against NumPy.
+
+    The jitted run's wall time includes compilation; the NumPy reference
+    (`reference.numpy_cs_ucb_trial`) runs `numpy_trials` trials, extrapolated to
+    `num_trials`.
+    """
+    k, n = reference.XIA_CLIENTS, reference.XIA_SELECTED
+    env = wireless_latency(k, n, preset=preset)
+    start = time.perf_counter()
+    res = fedjax_sel.simulate(
+        bandits.cs_ucb(k, n),
+        env,
+        num_rounds,
+        num_trials,
+        trials_per_chunk=trials_per_chunk,
+        progress=None,
+    )
+    jax_s = time.perf_counter() - start
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    numpy_latency = [
+        reference.numpy_cs_ucb_trial(rng, num_rounds, PRESETS[preset]) for _ in range(numpy_trials)
+    ]
+    numpy_s = time.perf_counter() - start
+    per_trial = numpy_s / numpy_trials
+    return {
+        "num_trials": num_trials,
+        "num_rounds": num_rounds,
+        "jax_wall_s_including_compile": jax_s,
+        "numpy_trials_timed": numpy_trials,
+        "numpy_s_per_trial": per_trial,
+        "numpy_extrapolated_s": per_trial * num_trials,
+        "speedup": per_trial * num_trials / jax_s,
+        "jax_mean_latency_s": res.final("policy", "cumulative_latency")[0],
+        "numpy_mean_latency_s": float(np.mean(numpy_latency)),
+    }
