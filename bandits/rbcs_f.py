@@ -289,7 +289,7 @@ def fedcs(
         seen = decision.selected & feedback.observed
         tau = jnp.where(seen, feedback.latency, 0.0)
         return state._replace(
-            inverse=kernels.sherman_morrison_update(state.inverse, state.context, seen),
+            inverse=ops.sherman_morrison_update(state.inverse, state.context, seen),
             moment=state.moment + tau[:, None] * state.context,
         )
 
