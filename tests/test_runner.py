@@ -140,8 +140,8 @@ def _recording_env():
     """Bernoulli arms whose extras record the round's environment draws."""
     base = _env()
 
-    def step(state, inp, decision, key):
-        feedback, state, stats = base.step(state, inp, decision, key)
+    def step(state, inp, decision, key, params=None):
+        feedback, state, stats = base.step(state, inp, decision, key, params)
         draws = jnp.sum(feedback.reward * jnp.arange(1, N + 1)) + jnp.sum(
             inp.available * 10.0 ** jnp.arange(N)
         )
@@ -268,7 +268,9 @@ def test_results_do_not_depend_on_device_count():
         init, rounds, _ = runner.programs.programs(env, sel, layout, options, mesh)  # simulate's
         ids = jax.device_put(np.arange(8, dtype=np.int32),
                              jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("trials")))
-        hlo = rounds.lower(init(keys, ids), keys, ids, ids < 8, np.arange(1, 3)).compile().as_text()
+        carry = init(keys, env.params, ids)
+        lowered = rounds.lower(carry, keys, env.params, ids, ids < 8, np.arange(1, 3))
+        hlo = lowered.compile().as_text()
         assert "all-reduce" not in hlo and "all-gather" not in hlo and "collective" not in hlo
         # A checkpoint holds its devices' blocks: another device count is refused.
         import tempfile
@@ -368,18 +370,12 @@ def test_a_bug_in_a_policy_keeps_its_own_exception_and_traceback():
         assert "policy 'buggy'" in _notes(info.value)
 
 
-def _with_cohort(env, num_selected):
-    """`env` with a cohort size, whether or not `Env` has the field."""
-    if "num_selected" in fedjax_sel.Env._fields:
-        return env._replace(num_selected=num_selected)
-    return type("EnvWithCohort", (fedjax_sel.Env,), {"num_selected": num_selected})(*env)
-
-
 def test_a_policy_that_selects_more_than_the_cohort_is_refused():
     def select_everyone(state, inp, key):
         return fedjax_sel.Decision(inp.available | (inp.t > 3)), state  # N > K from round 4
 
-    env = _with_cohort(_env(), K)
+    env = _env()
+    assert env.num_selected == K
     assert fedjax_sel.simulate({"ucb": bandits.ucb(N, K)}, env, 5, 3, progress=None)
     with pytest.raises(
         ValueError,
@@ -392,8 +388,8 @@ def test_a_policy_that_selects_more_than_the_cohort_is_refused():
 def test_an_environment_without_oracle_reward_has_no_regret_metrics():
     base = _env()
 
-    def step(state, inp, decision, key):
-        feedback, state, stats = base.step(state, inp, decision, key)
+    def step(state, inp, decision, key, params=None):
+        feedback, state, stats = base.step(state, inp, decision, key, params)
         return feedback, state, stats._replace(oracle_reward=None)
 
     env = base._replace(step=step, oracle=None)
@@ -407,3 +403,28 @@ def test_an_environment_without_oracle_reward_has_no_regret_metrics():
     with_oracle = fedjax_sel.simulate(_policies(), base, 7, 3, progress=None)
     for name, c in res.curves["ucb"].items():
         np.testing.assert_array_equal(c["mean"], with_oracle.curves["ucb"][name]["mean"])
+
+
+def test_parameters_are_an_argument_of_the_compiled_programs():
+    # Another availability through the parameters: the numbers of an environment built
+    # with it, on the programs compiled for the first (no new compilation).
+    env, other = _env(), envs.bernoulli(N, K, availability=0.5)
+    sel = bandits.ucb(N, K)
+    fedjax_sel.simulate(sel, env, 6, 4, progress=None)
+    layout = runner.programs.metric_layout(env, runner.programs.keys(0))
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()), ("trials",))
+    options = runner.programs.compiler_options(jax.devices()[0].platform)
+    _, rounds, _ = runner.programs.programs(env, sel, layout, options, mesh)
+    before = rounds._cache_size()
+    swapped = fedjax_sel.simulate(sel, env._replace(params=other.params), 6, 4, progress=None)
+    assert rounds._cache_size() == before
+    separate = fedjax_sel.simulate(sel, other, 6, 4, progress=None)
+    for name, curve in separate.curves["policy"].items():
+        np.testing.assert_array_equal(curve["mean"], swapped.curves["policy"][name]["mean"])
+    np.testing.assert_array_equal(
+        separate.selection_fraction["policy"], swapped.selection_fraction["policy"]
+    )
+    assert not np.array_equal(
+        separate.curves["policy"]["num_selected"]["mean"],
+        fedjax_sel.simulate(sel, env, 6, 4, progress=None).curves["policy"]["num_selected"]["mean"],
+    )

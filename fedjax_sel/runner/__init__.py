@@ -259,10 +259,12 @@ def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoin
     if any) and returns where it stands at the end: the joined sums and the totals."""
     init_carry, run_rounds, finish = policy_programs
     keys, chunk, num_rounds, num_trials = plan.keys, plan.chunk, plan.num_rounds, plan.num_trials
+    # The environment's parameters are an argument of the programs, not constants in them.
+    params = plan.env.params
     sharded = NamedSharding(plan.mesh, PartitionSpec("trials"))
     sim_size = chunking.simulated_trials(chunk, plan.mesh.size)
     num_chunks = -(-num_trials // chunk)
-    cohort = getattr(plan.env, "num_selected", None)
+    cohort = plan.env.num_selected
     resume = path and os.path.exists(path)
     state = checkpoints.load_progress(path) if resume else checkpoints.Progress()
     while state.chunk < num_chunks:
@@ -271,16 +273,16 @@ def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoin
         trial_ids = jax.device_put(ids.astype(np.int32), sharded)
         valid = jax.device_put(ids < min(start + chunk, num_trials), sharded)
         if state.carry_leaves is not None:
-            treedef = jax.tree.structure(jax.eval_shape(init_carry, keys, trial_ids))
+            treedef = jax.tree.structure(jax.eval_shape(init_carry, keys, params, trial_ids))
             carry = jax.device_put(jax.tree.unflatten(treedef, state.carry_leaves), sharded)
         else:
-            carry = init_carry(keys, trial_ids)
+            carry = init_carry(keys, params, trial_ids)
             state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2), np.float32)
         while state.next_round <= num_rounds:
             t0 = state.next_round
             length = min(plan.rounds_per_chunk, num_rounds - t0 + 1)
             rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
-            carry, sums = run_rounds(carry, keys, trial_ids, valid, rounds)
+            carry, sums = run_rounds(carry, keys, params, trial_ids, valid, rounds)
             state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums))
             state.next_round = t0 + length
             if path and state.next_round <= num_rounds:

@@ -76,11 +76,12 @@ def checked_programs(name, run_keys, num_trials, env, selector, *settings):
     init_carry, run_rounds, _ = program
     ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32)
     try:
-        carry = jax.eval_shape(init_carry, run_keys, ids)
+        carry = jax.eval_shape(init_carry, run_keys, env.params, ids)
         jax.eval_shape(
             run_rounds,
             carry,
             run_keys,
+            env.params,
             ids,
             jax.ShapeDtypeStruct((num_trials,), jnp.bool_),
             jax.ShapeDtypeStruct((1,), jnp.int32),
@@ -95,7 +96,13 @@ def checked_programs(name, run_keys, num_trials, env, selector, *settings):
 def programs(env: Env, selector: Selector, *settings):
     """`build_programs(env, selector, *settings)`, cached when the env and selector are
     hashable (they normally are: tuples of functions), so that a second `simulate` of the
-    same objects reuses the compiled executables instead of tracing and compiling again."""
+    same objects reuses the compiled executables instead of tracing and compiling again.
+
+    The programs take the environment's parameters as an argument (`env.params`), so the
+    cache ignores them: an environment with other parameter values of the same shapes
+    (`env._replace(params=...)`) runs on the programs already compiled.
+    """
+    env = env._replace(params=None)
     try:
         hash((env, selector))
     except TypeError:
@@ -127,21 +134,21 @@ def build_programs(
     per_device = functools.partial(jax.shard_map, mesh=mesh, check_vma=False)
     split, whole = PartitionSpec("trials"), PartitionSpec()
 
-    def init_trial(run_keys, m):
-        env_state = env.reset(jax.random.fold_in(run_keys.reset, m))
+    def init_trial(run_keys, params, m):
+        env_state = env.reset(jax.random.fold_in(run_keys.reset, m), params)
         policy_state = selector.init(jax.random.fold_in(run_keys.init, m))
         return env_state, policy_state, metrics.init_running(metric_layout, n)
 
-    def trial_round(run_keys, carry, t, m):
+    def trial_round(run_keys, params, carry, t, m):
         env_state, policy_state, running = carry
         round_key = jax.random.fold_in(jax.random.fold_in(run_keys.env, m), t)
         obs_key, step_key = jax.random.split(round_key)
         policy_key = jax.random.fold_in(jax.random.fold_in(run_keys.policy, m), t)
-        inp = env.observe(env_state, t, obs_key)
+        inp = env.observe(env_state, t, obs_key, params)
         if selector.privileged:
-            inp = inp._replace(oracle=env.oracle(env_state, inp))
+            inp = inp._replace(oracle=env.oracle(env_state, inp, params))
         decision, policy_state = selector.select(policy_state, inp, policy_key)
-        feedback, env_state, stats = env.step(env_state, inp, decision, step_key)
+        feedback, env_state, stats = env.step(env_state, inp, decision, step_key, params)
         policy_state = selector.update(policy_state, decision, feedback)
         running, values = metrics.round_values(metric_layout, running, stats, decision)
         return (env_state, policy_state, running), values
@@ -149,19 +156,19 @@ def build_programs(
     # Per device too, so that the carry comes out as `run_rounds` returns it: a carry
     # sharded otherwise would compile `run_rounds` a second time.
     @jit
-    @functools.partial(per_device, in_specs=(whole, split), out_specs=split)
-    def init_carry(run_keys, trial_ids):
-        return jax.vmap(init_trial, in_axes=(None, 0))(run_keys, trial_ids)
+    @functools.partial(per_device, in_specs=(whole, whole, split), out_specs=split)
+    def init_carry(run_keys, params, trial_ids):
+        return jax.vmap(init_trial, in_axes=(None, None, 0))(run_keys, params, trial_ids)
 
     # The carry is donated: chunk after chunk reuses its buffers instead of copying them.
     @functools.partial(jit, donate_argnums=0)
     @functools.partial(
-        per_device, in_specs=(split, whole, split, split, whole), out_specs=(split, split)
+        per_device, in_specs=(split, whole, whole, split, split, whole), out_specs=(split, split)
     )
-    def run_rounds(carry, run_keys, trial_ids, valid, rounds):
+    def run_rounds(carry, run_keys, params, trial_ids, valid, rounds):
         def body(carry, t):
-            carry, values = jax.vmap(trial_round, in_axes=(None, 0, None, 0))(
-                run_keys, carry, t, trial_ids
+            carry, values = jax.vmap(trial_round, in_axes=(None, None, 0, None, 0))(
+                run_keys, params, carry, t, trial_ids
             )
             values = jnp.where(valid[:, None], values, 0.0)
             return carry, jnp.stack([tree_sum(values), tree_sum(exact_square(values))], -1)
