@@ -169,7 +169,7 @@ def dfl_ccmab(
         )
 
     def select(state, inp, key):
-        cell = grid_index(inp.context, g)
+        cell = grid_index(validation.require(inp.context, "context", policy="dfl_ccmab"), g)
         count = jnp.take_along_axis(state.counts, cell[:, None], 1)[:, 0]
         total = jnp.take_along_axis(state.sums, cell[:, None], 1)[:, 0]
         estimate = total / jnp.maximum(count, 1.0)  # (15)

@@ -165,7 +165,7 @@ def rbcs_f(
         return theory_exploration(t, d, lam, delta, r, s, big_l)
 
     def select(state, inp, key):
-        c = _checked_context(inp.context, n, d)
+        c = _checked_context(inp.context, n, d, "rbcs_f")
         if theta is not None:
             bound = jnp.sum(c * theta, axis=1)
         else:
@@ -272,7 +272,7 @@ def fedcs(
 
     def select(state, inp, key):
         del key
-        c = _checked_context(inp.context, n, d)
+        c = _checked_context(inp.context, n, d, "fedcs")
         if theta is not None:
             expected = jnp.sum(c * theta, axis=1)
         else:
@@ -341,13 +341,9 @@ def theory_exploration(
     return noise_scale * jnp.sqrt(context_dim * growth) + np.sqrt(ridge) * coefficient_bound
 
 
-def _checked_context(context, num_clients: int, dim: int) -> chex.Array:
+def _checked_context(context, num_clients: int, dim: int, policy: str) -> chex.Array:
     """The round's f32[N, d] context, or a ValueError (at trace time) on a mismatch."""
-    if context is None:
-        raise ValueError(
-            "this policy reads RoundInput.context; use an environment that provides it "
-            "(e.g. fedjax_sel.envs.exchange_time)."
-        )
+    validation.require(context, "context", policy=policy)
     if tuple(context.shape) != (num_clients, dim):
         raise ValueError(
             f"RoundInput.context must have shape (num_clients, context_dim) = "
