@@ -373,3 +373,20 @@ def test_budgeted_top_k_breaks_ties_uniformly():
     )
     sel = np.asarray(jax.jit(fn)(keys, jnp.full(draws, 2.0)))
     assert _uniform_enough(_subset_counts(sel, 6, 2))
+
+
+def test_where_needed_chooses_per_member_and_skips_the_full_branch_when_unneeded():
+    # `full` and `short` agree where `need` is False: vmapped, the choice is per member.
+    x = jnp.asarray([[-1.0, 2.0], [3.0, -4.0], [-5.0, -6.0]])
+    full = lambda v: jnp.where(v > 0, 3 * v, v)
+    short = lambda v: v
+    need = jnp.any(x > 0, axis=1)
+    got = jax.vmap(lambda n, v: ops.where_needed(n, full, short, v))(need, x)
+    np.testing.assert_array_equal(got, jnp.where(x > 0, 3 * x, x))
+    # With no member in need, `short` alone gives the result, even for a `full` that
+    # would disagree; with one in need, the batch takes `full`.
+    disagree = lambda v: v + 100.0
+    run = jax.vmap(lambda n, v: ops.where_needed(n, disagree, short, v))
+    np.testing.assert_array_equal(run(jnp.zeros(3, bool), x), x)
+    np.testing.assert_array_equal(run(jnp.asarray([True, False, False]), x), x + 100.0)
+    assert float(ops.where_needed(jnp.bool_(False), disagree, short, jnp.float32(1.0))) == 1.0

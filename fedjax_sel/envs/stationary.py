@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
-from fedjax_sel.ops import top_k_mask
+from fedjax_sel.ops import top_k_mask, where_needed
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
 
@@ -48,10 +48,13 @@ class StationaryState(NamedTuple):
     Attributes:
       means: f32[N], expected reward of each client.
       availability: the availability process's state (None for Bernoulli availability).
+      full_oracle_reward: f32[], the sum of the k largest means, the oracle's value of a
+        round in which every client is available.
     """
 
     means: chex.Array
     availability: Any
+    full_oracle_reward: chex.Array
 
 
 def _stationary_env(
@@ -94,7 +97,8 @@ def _stationary_env(
             mu = params.means
         else:
             mu = jax.random.uniform(key, (n,), minval=params.means_low, maxval=params.means_high)
-        return StationaryState(mu, process.init(key, params.availability))
+        full = oracle_value(mu, jnp.ones((n,), bool))
+        return StationaryState(mu, process.init(key, params.availability), full)
 
     def observe(state, t, key, params=None):
         params = defaults if params is None else params
@@ -117,7 +121,15 @@ def _stationary_env(
         )
         stats = RoundStats(
             expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)),
-            oracle_reward=oracle_value(state.means, round_input.available),
+            # The k best means, computed at reset, unless a client is unavailable.
+            oracle_reward=where_needed(
+                ~jnp.all(round_input.available),
+                lambda mu, available, full: oracle_value(mu, available),
+                lambda mu, available, full: full,
+                state.means,
+                round_input.available,
+                state.full_oracle_reward,
+            ),
             reward=jnp.sum(jnp.where(selected, reward, 0.0)),
             latency=jnp.float32(0.0),
             num_failed=jnp.float32(0.0),

@@ -11,9 +11,11 @@ adds trial or edge-server axes.
   contiguous group; `budgeted_top_k`, `grouped_budgeted_top_k`: clients in score order
   within a budget, per group (`grouped`).
 - `sherman_morrison_update` (`linalg`), `prefix_max_cost_top_k` (`latency`),
-  `order_key` (`order`: the f32 total order as u32 that every op ranks by).
+  `order_key` (`order`: the f32 total order as u32 that every op ranks by),
+  `where_needed` (`batching`: a conditional that stays one under `jax.vmap`).
 """
 
+from fedjax_sel.ops.batching import where_needed
 from fedjax_sel.ops.grouped import (
     budgeted_top_k,
     grouped_budgeted_top_k,
@@ -46,4 +48,5 @@ __all__ = [
     "sherman_morrison_update",
     "top_k_mask",
     "uniform_subset",
+    "where_needed",
 ]

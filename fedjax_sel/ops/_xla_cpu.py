@@ -21,7 +21,7 @@ The search's counts are its own (`_kth_largest`), and the tie-break takes the nu
 tied clients from the words it packs them in (`_choose_by_rank`); the eligible clients of
 `uniform_subset` are counted by `count_true`. Tie-breaking is skipped when every tied
 client fits in the cohort; under `jax.vmap` it is skipped when that holds for every
-member of the batch (`_where_needed`).
+member of the batch (`where_needed`).
 
 Against the portable definitions: `top_k_mask` and `count_true` are equal bit for bit;
 `masked_top_k` and `uniform_subset` draw their tie-breaks from other random numbers
@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fedjax_sel.ops.batching import where_needed
 from fedjax_sel.ops.order import order_key
 
 
@@ -383,34 +384,6 @@ def _lowest_tied(tied: jax.Array, take: Callable) -> jax.Array:
     return _choose_by_rank(tied, window)
 
 
-def _where_needed(need: jax.Array, full: Callable, short: Callable, *operands) -> jax.Array:
-    """`full(*operands)` where `need`, else `short(*operands)`, for functions that agree
-    wherever `need` is False.
-
-    The tie-breaks below (`full`) cost up to k sequential steps that a round does not need
-    when no tie crosses the k-th place, where `short` gives the same answer. Under
-    `jax.vmap` a `lax.cond` on a batched predicate would run both branches, so the
-    batching rule (`jax.custom_batching.custom_vmap`) conditions on the whole batch:
-    `full` runs, vmapped, only in rounds where some member needs it, and since the two
-    agree elsewhere the result is the same as choosing per member. The operands cross
-    the conditional as materialised arrays; outside it, XLA would recompute them (and
-    the scores behind them) in every consumer.
-    """
-
-    @jax.custom_batching.custom_vmap
-    def run(need, *operands):
-        return lax.cond(need, full, short, *operands)
-
-    @run.def_vmap
-    def run_batch(axis_size, in_batched, need, *operands):
-        axes = [0 if b else None for b in in_batched[1:]]
-        full_b = jax.vmap(full, in_axes=axes, axis_size=axis_size)
-        short_b = jax.vmap(short, in_axes=axes, axis_size=axis_size)
-        return lax.cond(jnp.any(need), full_b, short_b, *operands), True
-
-    return run(need, *operands)
-
-
 def _top_k_of_keys(keys: jax.Array, k: int, choose: Callable[..., jax.Array], *key):
     """bool[N]: the k largest positive `keys`, `choose(tied, take, *key)` picking
     `take(size)` of the `size` clients tied at the k-th place; all positive keys when
@@ -430,7 +403,7 @@ def _top_k_of_keys(keys: jax.Array, k: int, choose: Callable[..., jax.Array], *k
         del at_or_above, key
         return keys >= jnp.maximum(kth, 1)
 
-    return _where_needed(at_or_above > k, full, short, keys, kth, at_or_above, *key)
+    return where_needed(at_or_above > k, full, short, keys, kth, at_or_above, *key)
 
 
 def uniform_subset(mask: jax.Array, k: int, key: jax.Array) -> jax.Array:
@@ -446,7 +419,7 @@ def uniform_subset(mask: jax.Array, k: int, key: jax.Array) -> jax.Array:
     """
     full = lambda mask, key: _random_tied(mask, lambda size: jnp.minimum(size, k), key, k)
     short = lambda mask, key: mask
-    return _where_needed(count_true(mask) > k, full, short, mask, key)
+    return where_needed(count_true(mask) > k, full, short, mask, key)
 
 
 def masked_top_k(scores: jax.Array, mask: jax.Array, k: int, key: jax.Array) -> jax.Array:
