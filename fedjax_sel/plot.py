@@ -16,10 +16,8 @@ from fedjax_sel.results import Results
 
 
 def pyplot():
-    """matplotlib.pyplot, on the non-interactive Agg backend unless one was chosen already."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    """matplotlib.pyplot, imported when a figure is drawn (on matplotlib's own choice of
+    backend: a notebook's inline one, Agg without a display)."""
     import matplotlib.pyplot as plt
 
     return plt

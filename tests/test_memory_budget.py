@@ -12,15 +12,15 @@ N, K = 10, 2
 
 
 def test_trial_memory_bytes_by_hand():
-    # Bernoulli env state (means, availability f32[N], the oracle's value f32[]) = 8N + 4
-    # bytes, UCB state (counts, sums) 8N, running totals 4N + 6 scalars (5 sums and the
-    # largest cohort): the carry is 20N + 28 bytes. A round materialises t (4) + available
-    # (N), the decision (N), the new UCB state (8N), and the step's feedback (observed N,
-    # reward 4N, latency 4N, success N), env state (8N + 4) and 5 f32 statistics (20):
-    # 28N + 28 bytes.
+    # Bernoulli env state (means f32[N], the oracle's value f32[]; Bernoulli availability
+    # keeps no state) = 4N + 4 bytes, UCB state (counts, sums) 8N, running totals 4N + 6
+    # scalars (5 sums and the largest cohort): the carry is 16N + 28 bytes. A round
+    # materialises t (4) + available (N), the decision (N), the new UCB state (8N), and
+    # the step's feedback (observed N, reward 4N, latency 4N, success N), env state
+    # (4N + 4) and 5 f32 statistics (20): 24N + 28 bytes.
     # Estimate: 2 * carry + 2 * round.
     env, ucb = envs.bernoulli(N, K), bandits.ucb(N, K)
-    assert runner.trial_memory_bytes(env, ucb) == 2 * (20 * N + 28) + 2 * (28 * N + 28)
+    assert runner.trial_memory_bytes(env, ucb) == 2 * (16 * N + 28) + 2 * (24 * N + 28)
 
 
 def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_trials():
@@ -31,7 +31,7 @@ def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_tri
     # Kept whatever the chunking: f32 sums of 12 metrics x 2 moments x 5 rounds, and
     # 7 f32 totals x 64 trials.
     fixed = 5 * 12 * 2 * 4 + 64 * 7 * 4
-    for budget, expected in ((5_000, 2), (10_000, 4), (50_000, 32), (200_000, 64)):
+    for budget, expected in ((5_000, 2), (10_000, 8), (50_000, 32), (200_000, 64)):
         chunk = runner.trials_per_chunk_for_budget(policies, env, 5, 64, budget)
         assert chunk == expected
         assert fixed + per_trial * chunk <= budget  # the chunk fits ...
