@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel import validation
+from fedjax_sel.ops import where_needed
 from fedjax_sel.types import Env
 
 # Folded into a round's key for a wrapper's process, apart from the environment's draws.
@@ -78,7 +79,10 @@ def bernoulli(probability, num_clients: int | None = None) -> Availability:
     """Each client available independently with its probability, every round.
 
     Draws `uniform(key, (N,)) < p` with the environment's key, as the environments did
-    before processes were parts, so results are unchanged.
+    before processes were parts, so results are unchanged. Where every probability is 1
+    nothing is drawn: a uniform draw lies below 1, so every client is available either
+    way, and the round saves N random numbers (`ops.where_needed` decides at run time,
+    from the parameters it is given, so a sweep over them stays exact).
 
     Args:
       probability: a probability in [0, 1] or f32[N] of them.
@@ -92,7 +96,13 @@ def bernoulli(probability, num_clients: int | None = None) -> Availability:
 
     def sample(state, t, key, params):
         del state, t
-        return jax.random.uniform(key, (n,)) < params.probability
+        return where_needed(
+            jnp.any(params.probability < 1.0),
+            lambda key, p: jax.random.uniform(key, (n,)) < p,
+            lambda key, p: jnp.ones((n,), bool),
+            key,
+            params.probability,
+        )
 
     def update(state, available, params):
         del available, params
