@@ -75,3 +75,18 @@ def test_environments_take_a_process_and_report_what_the_server_saw():
 def test_fixed_geometry_resets_without_a_key():
     env = envs.wireless_latency(5, 2, geometry_seed=0)
     assert env.reset(None).means.shape == (5,)
+
+
+def test_an_availability_of_one_is_the_always_process_with_nothing_to_draw():
+    process = availability.resolve(1.0, 5)
+    assert process.params == availability.AlwaysParams() and not jax.tree.leaves(process.params)
+    np.testing.assert_array_equal(process.sample(None, 3, None, process.params), np.ones(5, bool))
+    assert availability.resolve(np.ones(5), 5).params == availability.AlwaysParams()
+    # Below 1 anywhere, a Bernoulli draw with its probabilities as parameters.
+    p = np.array([1.0, 1.0, 0.5, 1.0, 1.0], np.float32)
+    np.testing.assert_array_equal(availability.resolve(p, 5).params.probability, p)
+    # A Bernoulli draw at probability 1 gives the same clients, all of them.
+    draw = availability.bernoulli(1.0, 5)
+    np.testing.assert_array_equal(
+        draw.sample(None, 1, jax.random.PRNGKey(0), draw.params), np.ones(5, bool)
+    )

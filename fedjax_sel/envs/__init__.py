@@ -2,7 +2,7 @@
 
 `REGISTRY` maps a name to a factory called as `factory(num_clients, num_selected,
 **parameters)`, buildable from the two sizes alone; launch scripts build environments by
-name through `make`. Availability processes (`availability.bernoulli`, `markov`,
+name through `make`. Availability processes (`availability.always`, `bernoulli`, `markov`,
 `trace`) are parts any environment takes (`availability=`) or wears
 (`with_availability`).
 

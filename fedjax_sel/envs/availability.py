@@ -28,7 +28,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel import validation
-from fedjax_sel.ops import where_needed
 from fedjax_sel.types import Env
 
 # Folded into a round's key for a wrapper's process, apart from the environment's draws.
@@ -53,6 +52,10 @@ class Availability(NamedTuple):
     num_clients: int
 
 
+class AlwaysParams(NamedTuple):
+    """No parameters: every client is available in every round."""
+
+
 class BernoulliParams(NamedTuple):
     """Attributes: probability: f32[N], chance that each client is available."""
 
@@ -75,14 +78,40 @@ class TraceParams(NamedTuple):
     trace: chex.Array
 
 
+def always(num_clients: int) -> Availability:
+    """Every client available in every round, with nothing drawn.
+
+    What an availability of 1 means (`resolve` makes it of one): the environment's
+    `observe` returns a constant, which XLA folds into everything that reads it (a
+    masked top-k, the stationary oracle's check for unavailable clients), where a
+    Bernoulli draw with probability 1 gives the same clients at the cost of N random
+    numbers and of those folds. It has no parameters to sweep: a sweep over availability
+    starts from `bernoulli`.
+
+    Args:
+      num_clients: N >= 1.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+
+    def init(key, params):
+        del key, params
+
+    def sample(state, t, key, params):
+        del state, t, key, params
+        return jnp.ones((n,), bool)
+
+    def update(state, available, params):
+        del available, params
+        return state
+
+    return Availability(init, sample, update, AlwaysParams(), n)
+
+
 def bernoulli(probability, num_clients: int | None = None) -> Availability:
     """Each client available independently with its probability, every round.
 
     Draws `uniform(key, (N,)) < p` with the environment's key, as the environments did
-    before processes were parts, so results are unchanged. Where every probability is 1
-    nothing is drawn: a uniform draw lies below 1, so every client is available either
-    way, and the round saves N random numbers (`ops.where_needed` decides at run time,
-    from the parameters it is given, so a sweep over them stays exact).
+    before processes were parts, so results are unchanged.
 
     Args:
       probability: a probability in [0, 1] or f32[N] of them.
@@ -96,13 +125,7 @@ def bernoulli(probability, num_clients: int | None = None) -> Availability:
 
     def sample(state, t, key, params):
         del state, t
-        return where_needed(
-            jnp.any(params.probability < 1.0),
-            lambda key, p: jax.random.uniform(key, (n,)) < p,
-            lambda key, p: jnp.ones((n,), bool),
-            key,
-            params.probability,
-        )
+        return jax.random.uniform(key, (n,)) < params.probability
 
     def update(state, available, params):
         del available, params
@@ -174,7 +197,8 @@ def trace(recorded) -> Availability:
 
 
 def resolve(availability, num_clients: int) -> Availability:
-    """`availability` as a process: an `Availability` as is (checked), else `bernoulli`."""
+    """`availability` as a process: an `Availability` as is (checked), `always` for a
+    probability of 1 for every client, else `bernoulli`."""
     if isinstance(availability, Availability):
         if availability.num_clients != num_clients:
             raise ValueError(
@@ -182,7 +206,10 @@ def resolve(availability, num_clients: int) -> Availability:
                 f"{availability.num_clients}."
             )
         return availability
-    return bernoulli(availability, num_clients)
+    process = bernoulli(availability, num_clients)
+    if np.all(process.params.probability == 1.0):
+        return always(num_clients)
+    return process
 
 
 def _size(num_clients, *probabilities) -> int:
