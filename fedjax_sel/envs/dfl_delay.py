@@ -59,6 +59,7 @@ import numpy as np
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs.latency import path_loss_db
 from fedjax_sel.ops import grouped_top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -139,7 +140,7 @@ class DFLRound(NamedTuple):
 
 def path_gain_from_distance(distance_m: chex.Array) -> chex.Array:
     """f32[...]: 10^(-PL/10) with PL[dB] = 128.1 + 37.6 log10(d / km) (Sec. 7.1)."""
-    pl_db = 128.1 + 37.6 * jnp.log10(distance_m / 1000.0)
+    pl_db = path_loss_db(distance_m / 1000.0)
     return 10.0 ** (-pl_db / 10.0)
 
 

@@ -41,6 +41,7 @@ import numpy as np
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs.latency import path_loss_db
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -95,11 +96,6 @@ class WirelessState(NamedTuple):
     compute_high: chex.Array
     means: chex.Array
     availability: chex.Array
-
-
-def path_loss_db(distance_km) -> np.ndarray:
-    """PL[dB] = 128.1 + 37.6 log10(d), d in km (§V.A)."""
-    return 128.1 + 37.6 * np.log10(distance_km)
 
 
 def snr_db(distance_km, transmit_power_dbm: float = 23.0, noise_dbm: float = -107.0):
@@ -306,7 +302,7 @@ def wireless_latency(
             return WirelessState(fixed_snr, low, high, fixed_means, avail)
         # Uniform in the disc: the radius scales with the square root of a uniform.
         d = jnp.maximum(radius * jnp.sqrt(jax.random.uniform(key, (k_all,))), d_min)
-        s_db = physics.transmit_power_dbm - physics.noise_dbm - (128.1 + 37.6 * jnp.log10(d))
+        s_db = physics.transmit_power_dbm - physics.noise_dbm - path_loss_db(d)
         means = _cubic_interp(s_db, grid, table)
         return WirelessState(10.0 ** (s_db / 10.0), low, high, means, avail)
 
