@@ -200,3 +200,12 @@ def test_oracle_equals_brute_force_over_cohorts():
         _, state, stats = env.step(state, inp, decision, jax.random.fold_in(key, 100 + t))
         np.testing.assert_allclose(stats.oracle_reward, best, rtol=1e-6)
         np.testing.assert_allclose(stats.expected_reward, best, rtol=1e-6)
+
+
+def test_the_lazy_training_factory_survives_an_import_of_its_module():
+    # Importing the module by its path must not put a module where `envs.training`, the
+    # factory, is expected (a submodule of that name would shadow it).
+    import fedjax_sel.envs.training_env as module
+
+    assert envs.training is module.training and callable(envs.training)
+    assert envs.TrainingState is module.TrainingState

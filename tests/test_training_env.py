@@ -10,7 +10,7 @@ import fedjax_sel
 import models
 from fedjax_sel import data as fed_data
 from fedjax_sel import envs, fl
-from fedjax_sel.envs.training import expected_client_reward
+from fedjax_sel.envs.training_env import expected_client_reward
 from fedjax_sel.results import Results
 from fedjax_sel.types import Decision, RoundInput
 

@@ -28,16 +28,16 @@ _LAZY = ("training", "TrainingParams", "TrainingState")
 
 
 def _load_training():
-    """Imports the training module and binds its names here (over the submodule's name)."""
+    """Imports the training module (`training_env`) and binds its names here."""
     import importlib
 
-    module = importlib.import_module("fedjax_sel.envs.training")
+    module = importlib.import_module("fedjax_sel.envs.training_env")
     globals().update({name: getattr(module, name) for name in _LAZY})
     return module
 
 
 def _training(num_clients, num_selected, **parameters):
-    """The training-backed environment (`fedjax_sel.envs.training.training`), imported on call.
+    """The training-backed environment (`fedjax_sel.envs.training_env.training`), imported on call.
 
     Without `data` and `model` it trains logistic regression on a small synthetic task
     (`training.synthetic_task`).
