@@ -41,6 +41,14 @@ def _is_static(k) -> bool:
     return isinstance(k, numbers.Integral)
 
 
+def _by_platform(k, portable: Callable, cpu: Callable, *operands) -> jax.Array:
+    """`cpu(*operands)` on CPU and `portable(*operands)` elsewhere for a static k (chosen
+    when the program is lowered); `portable(*operands)` on every platform for a traced k."""
+    if not _is_static(k):
+        return portable(*operands)
+    return lax.platform_dependent(*operands, cpu=cpu, default=portable)
+
+
 def _take_first(keys: jax.Array, k) -> jax.Array:
     """bool[N]: the positive `keys` (u32[N]) among the first k in descending order, ties
     to the lower index: `lax.top_k` for a static k, a stable sort for a traced one."""
@@ -107,14 +115,13 @@ def masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.A
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
-    if not _is_static(k):
-        return portable_masked_top_k(scores, mask, k, key)
-    return lax.platform_dependent(
+    return _by_platform(
+        k,
+        lambda s, m, r: portable_masked_top_k(s, m, k, r),
+        lambda s, m, r: _xla_cpu.masked_top_k(s, m, k, r),
         scores,
         mask,
         key,
-        cpu=lambda s, m, r: _xla_cpu.masked_top_k(s, m, k, r),
-        default=lambda s, m, r: portable_masked_top_k(s, m, k, r),
     )
 
 
@@ -132,13 +139,12 @@ def uniform_subset(mask: jax.Array, k, key: jax.Array) -> jax.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
-    if not _is_static(k):
-        return portable_uniform_subset(mask, k, key)
-    return lax.platform_dependent(
+    return _by_platform(
+        k,
+        lambda m, r: portable_uniform_subset(m, k, r),
+        lambda m, r: _xla_cpu.uniform_subset(m, k, r),
         mask,
         key,
-        cpu=lambda m, r: _xla_cpu.uniform_subset(m, k, r),
-        default=lambda m, r: portable_uniform_subset(m, k, r),
     )
 
 
@@ -156,13 +162,12 @@ def top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
-    if not _is_static(k):
-        return portable_top_k_mask(scores, mask, k)
-    return lax.platform_dependent(
+    return _by_platform(
+        k,
+        lambda s, m: portable_top_k_mask(s, m, k),
+        lambda s, m: _xla_cpu.top_k_mask(s, m, k),
         scores,
         mask,
-        cpu=lambda s, m: _xla_cpu.top_k_mask(s, m, k),
-        default=lambda s, m: portable_top_k_mask(s, m, k),
     )
 
 
