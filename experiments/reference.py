@@ -266,3 +266,38 @@ def numpy_cs_ucb_trial(rng: np.random.Generator, num_rounds: int, deadline: floa
         counts[chosen] += 1.0
         total += latency[chosen].max()
     return total
+
+
+def assignment_milp(
+    value: np.ndarray, cost: np.ndarray, eligible: np.ndarray, budget: np.ndarray
+) -> np.ndarray:
+    """The exact optimum of P2 (Qu et al. eq. 10) as an integer programme (HiGHS via scipy).
+
+    For validation of the `fedjax_sel.ops.assignment` kernels on small instances only:
+    maximise sum v[n, m] x[n, m] over binary x, each server's selected cost within its
+    budget (10b), eligible pairs only (10c), at most one server per client (10d).
+
+    Args:
+      value: f[N, M].
+      cost: f[N].
+      eligible: bool[N, M].
+      budget: f[M].
+
+    Returns:
+      bool[N, M], an optimal selection.
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    n, m = eligible.shape
+    c = -np.asarray(value, np.float64).reshape(-1)
+    one_server = np.kron(np.eye(n), np.ones((1, m)))
+    budgets = np.kron(np.asarray(cost, np.float64)[None, :], np.eye(m))
+    constraints = [
+        LinearConstraint(one_server, -np.inf, 1.0),
+        LinearConstraint(budgets, -np.inf, np.asarray(budget, np.float64)),
+    ]
+    upper = np.asarray(eligible, np.float64).reshape(-1)
+    result = milp(c, constraints=constraints, integrality=np.ones(n * m), bounds=Bounds(0.0, upper))
+    if not result.success:
+        raise RuntimeError(f"the assignment ILP failed: {result.message}")
+    return (result.x.reshape(n, m) > 0.5) & np.asarray(eligible, bool)

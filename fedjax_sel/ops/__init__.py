@@ -10,11 +10,14 @@ adds trial or edge-server axes.
 - `grouped_masked_top_k`, `grouped_uniform_subset`, `grouped_top_k_mask`: k per equal
   contiguous group; `budgeted_top_k`, `grouped_budgeted_top_k`: clients in score order
   within a budget, per group (`grouped`).
+- `assignment`: clients to edge servers under a knapsack budget per server
+  (`max_cardinality`, `greedy`, `knapsack`), one server per client.
 - `sherman_morrison_update` (`linalg`), `prefix_max_cost_top_k` (`latency`),
   `order_key` (`order`: the f32 total order as u32 that every op ranks by),
   `where_needed` (`batching`: a conditional that stays one under `jax.vmap`).
 """
 
+from fedjax_sel.ops import assignment
 from fedjax_sel.ops.batching import where_needed
 from fedjax_sel.ops.grouped import (
     budgeted_top_k,
@@ -35,6 +38,7 @@ from fedjax_sel.ops.selection import (
 )
 
 __all__ = [
+    "assignment",
     "budgeted_top_k",
     "count_true",
     "grouped_budgeted_top_k",
