@@ -33,6 +33,7 @@ VARIANTS = {
         "model_size_mb",
         {"model_size_mb": np.inf},
     ),
+    "hierarchical": ({"deadline_s": 4.0}, "deadline_s", {"deadline_s": np.inf}),
     "gaussian": ({"stddev": 2.0, "means_range": (-1.0, 1.0)}, "stddev", {"stddev": np.inf}),
     "training": (
         {"latency_range": (2.0, 3.0), "latency_spread": 0.25},

@@ -20,6 +20,7 @@ from fedjax_sel.envs.exchange_time import (
     exchange_time,
     true_coefficients,
 )
+from fedjax_sel.envs.hierarchical import HierarchicalParams, HierarchicalState, hierarchical
 from fedjax_sel.envs.stationary import StationaryParams, StationaryState, bernoulli, beta, gaussian
 from fedjax_sel.envs.wireless_latency import WirelessLatencyParams, WirelessState, wireless_latency
 from fedjax_sel.registry import Registry
@@ -51,6 +52,7 @@ REGISTRY.register("beta", beta)
 REGISTRY.register("dfl_delay", dfl_delay)
 REGISTRY.register("exchange_time", exchange_time)
 REGISTRY.register("gaussian", gaussian)
+REGISTRY.register("hierarchical", hierarchical)
 REGISTRY.register("training", _training)
 REGISTRY.register("wireless_latency", wireless_latency)
 
@@ -79,6 +81,9 @@ __all__ = [
     "ExchangeTimeParams",
     "ExchangeTimeState",
     "gaussian",
+    "hierarchical",
+    "HierarchicalParams",
+    "HierarchicalState",
     "make",
     "REGISTRY",
     "StationaryParams",

@@ -122,6 +122,11 @@ def grid_units(cost: jax.Array, cost_step: float) -> jax.Array:
     return jnp.ceil(cost / cost_step - _GRID_SLACK).astype(jnp.int32)
 
 
+def grid_capacity(budget: float, cost_step: float) -> int:
+    """The static capacity of a budget on the grid: floor(budget / cost_step) units."""
+    return int(budget / cost_step + _GRID_SLACK)
+
+
 def knapsack(
     value: jax.Array,
     cost: jax.Array,
