@@ -8,8 +8,10 @@ tests/test_policy_conformance.py.
 """
 
 from bandits.baselines import fixed, group_round_robin, oracle, random, round_robin
+from bandits.cocs import COCSState, cocs
 from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.dfl_ccmab import dfl_ccmab
+from bandits.edge_baselines import cucb_base, edge_linucb, edge_random
 from bandits.epsilon_greedy import epsilon_greedy
 from bandits.local_accuracy import local_accuracy
 from bandits.per_server import per_server_epsilon_greedy, per_server_random
@@ -27,10 +29,16 @@ from fedjax_sel.registry import Registry
 from fedjax_sel.types import Selector
 
 REGISTRY = Registry("policy")
+REGISTRY.register("cocs", cocs)
+REGISTRY.register("cocs_literal", cocs, fill_in=False)
 REGISTRY.register("cs_ucb", cs_ucb)
+REGISTRY.register("cucb_base", cucb_base)
 REGISTRY.register("cs_ucb_q", cs_ucb_q)
 REGISTRY.register("dfl_ccmab", dfl_ccmab)
 REGISTRY.register("dfl_ccmab_literal", dfl_ccmab, exploration_scale=1.0)
+REGISTRY.register("edge_linucb", edge_linucb)
+REGISTRY.register("edge_linucb_disjoint", edge_linucb, model="disjoint")
+REGISTRY.register("edge_random", edge_random)
 REGISTRY.register("epsilon_greedy", epsilon_greedy)
 REGISTRY.register("fedcs", fedcs)
 REGISTRY.register("group_round_robin", group_round_robin)
@@ -53,6 +61,11 @@ def make(name: str, num_clients: int, num_selected: int, **hyperparameters) -> S
 
 
 __all__ = [
+    "cocs",
+    "COCSState",
+    "cucb_base",
+    "edge_linucb",
+    "edge_random",
     "cs_ucb",
     "cs_ucb_q",
     "dfl_ccmab",

@@ -62,6 +62,11 @@ def _exchange_time_uncapped() -> Setting:
     return Setting(envs.exchange_time(N, K), N)
 
 
+def _hierarchical() -> Setting:
+    # Qu et al.'s network with the synthetic generator: the budgets bound the cohort.
+    return Setting(envs.hierarchical(N, K, generator="synthetic"), N)
+
+
 def _training_with_local_accuracy() -> Setting:
     pool = fed_data.gaussian_mixture(
         seed=0, num_train=6 * N, num_test=90, num_classes=2, image_shape=(2, 2, 1)
@@ -75,6 +80,12 @@ def _training_with_local_accuracy() -> Setting:
 # Policies that need more than a stationary environment; every other entry runs on
 # `_stationary`.
 ENVIRONMENTS = {
+    "cocs": _hierarchical,
+    "cocs_literal": _hierarchical,
+    "cucb_base": _hierarchical,
+    "edge_linucb": _hierarchical,
+    "edge_linucb_disjoint": _hierarchical,
+    "edge_random": _hierarchical,
     "dfl_ccmab": _edge_servers,
     "dfl_ccmab_literal": _edge_servers,
     "fedcs": _exchange_time_uncapped,
