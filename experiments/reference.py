@@ -1,8 +1,10 @@
 """NumPy references of the simulator, for speed comparisons: what JAX is measured against.
 
-Two references live here: the registered stationary-bandit policies (`REGISTRY`,
-`simulate`; timed by `experiments.bench`) and CS-UCB on the latency model of Xia et al.
-(`numpy_cs_ucb_trial`; timed by `launch.xia_speed`).
+Three references live here: the registered stationary-bandit policies (`REGISTRY`,
+`simulate`; timed by `experiments.bench`), CS-UCB on the latency model of Xia et al.
+(`numpy_cs_ucb_trial`; timed by `launch.xia_speed`) and COCS on the hierarchical network
+of Qu et al. (`numpy_cocs_trial`; timed by `launch.qu_speed`). `assignment_milp`, the
+exact optimum of Qu et al.'s assignment problem, validates the assignment kernels.
 
 Stationary policies.
 
@@ -34,6 +36,8 @@ from typing import NamedTuple
 import numpy as np
 
 from fedjax_sel import validation
+from fedjax_sel.envs.hierarchical import PRESETS as HIERARCHICAL_PRESETS
+from fedjax_sel.envs.hierarchical import rate_bounds
 from fedjax_sel.envs.wireless_latency import compute_bounds, snr_db
 
 
@@ -301,3 +305,94 @@ def assignment_milp(
     if not result.success:
         raise RuntimeError(f"the assignment ILP failed: {result.message}")
     return (result.x.reshape(n, m) > 0.5) & np.asarray(eligible, bool)
+
+
+def _numpy_max_cardinality(cost, eligible, budget, rng):
+    """`ops.assignment.max_cardinality` in NumPy: cheapest client first, to the fullest fit."""
+    n, m = eligible.shape
+    remaining = budget.astype(np.float64).copy()
+    selected = np.zeros((n, m), bool)
+    for client in np.lexsort((rng.permutation(n), cost)):
+        fits = eligible[client] & (remaining >= cost[client])
+        if fits.any():
+            server = int(np.argmax(np.where(fits, remaining, -np.inf)))
+            selected[client, server] = True
+            remaining[server] -= cost[client]
+    return selected, remaining
+
+
+def _numpy_knapsack(value, cost, eligible, budget, rng, cost_step, capacity_units):
+    """`ops.assignment.knapsack` in NumPy: a 0/1 knapsack per server, servers in random order."""
+    n, m = eligible.shape
+    units = np.ceil(cost / cost_step - 1e-4).astype(int)
+    assigned = np.zeros(n, bool)
+    selected = np.zeros((n, m), bool)
+    for server in rng.permutation(m):
+        capacity = min(int(budget[server] / cost_step + 1e-4), capacity_units)
+        best = np.zeros(capacity_units + 1)
+        keep = np.zeros((n, capacity_units + 1), bool)
+        for item in range(n):
+            v, w = value[item, server], units[item]
+            if not eligible[item, server] or assigned[item] or v <= 0 or w > capacity_units:
+                continue
+            shifted = np.full(capacity_units + 1, -np.inf)
+            shifted[w:] = best[: capacity_units + 1 - w] + v
+            keep[item] = shifted > best
+            best = np.where(keep[item], shifted, best)
+        level = capacity
+        for item in range(n - 1, -1, -1):
+            if keep[item, level]:
+                selected[item, server] = True
+                assigned[item] = True
+                level -= units[item]
+    return selected
+
+
+def numpy_cocs_trial(
+    rng: np.random.Generator, num_rounds: int, num_clients: int = 50, num_servers: int = 3
+) -> float:
+    """One trial of COCS (Qu et al., Algorithm 1) on their MNIST network, in plain NumPy.
+
+    A Python loop over rounds, each round's draws vectorized over the client-server
+    pairs, with the model of `fedjax_sel.envs.hierarchical` (physical generator, D = 2,
+    budget 3.5, deadline 3 s, coverage 0.6) and the defaults of `bandits.cocs` (h_T = 5,
+    K(t) = t^0.4 log t, per-pair counters, fill-in, knapsack on a 0.05 grid). The two
+    assignment steps loop over clients, as they must (each choice changes what fits).
+    Returns the trial's number of successful participants.
+    """
+    n, m, h, budget, step = num_clients, num_servers, 5, 3.5, 0.05
+    rate_high, _ = rate_bounds(HIERARCHICAL_PRESETS["mnist"], 0.0)
+    units = int(budget / step + 1e-4)
+    price = rng.uniform(0.5, 2.0, n)
+    counts = np.zeros((n, m, h * h), np.int64)
+    successes = np.zeros((n, m, h * h), np.int64)
+    budgets = np.full(m, budget)
+    rows, cols = np.arange(n)[:, None], np.arange(m)[None, :]
+    total = 0
+    for t in range(1, num_rounds + 1):
+        cover = rng.uniform(size=(n, m)) < 0.6
+        y = rng.uniform(2.0, 4.0, n)
+        cost = price * y
+        bw = rng.uniform(0.3, 1.0, n)[:, None]
+        distance = rng.uniform(0.01, 2.0, (n, m))
+        shadow_db = 8.0 * rng.standard_normal((n, m))
+        noise_dbm = -174.0 + 10.0 * np.log10(bw * 1e6)
+        snr = 10 ** ((23.0 - 128.1 - 37.6 * np.log10(distance) - shadow_db - noise_dbm) / 10)
+        se_down = np.log2(1 + snr * rng.exponential(size=(n, m)))
+        se_up = np.log2(1 + snr * rng.exponential(size=(n, m)))
+        latency = 0.18 / (bw * se_down) + (2.41 / y)[:, None] + 0.18 / (bw * se_up)
+        success = latency <= 3.0
+        compute = np.broadcast_to(((y - 2.0) / 2.0)[:, None], (n, m))
+        context = np.stack([np.clip(bw * se_down / rate_high, 0, 1), compute], -1)
+        cube = (np.minimum(np.floor(context * h), h - 1).astype(int) * [1, h]).sum(-1)
+        count = counts[rows, cols, cube]
+        under = cover & (count <= t**0.4 * np.log(t))
+        first, remaining = _numpy_max_cardinality(cost, under, budgets, rng)
+        estimate = successes[rows, cols, cube] / np.maximum(count, 1)
+        estimate = estimate + 1e-6 * rng.uniform(size=(n, m))
+        eligible = cover & ~under & ~first.any(1, keepdims=True)
+        chosen = first | _numpy_knapsack(estimate, cost, eligible, remaining, rng, step, units)
+        counts[rows, cols, cube] += chosen
+        successes[rows, cols, cube] += chosen & success
+        total += int((chosen & success).sum())
+    return float(total)

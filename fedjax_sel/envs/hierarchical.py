@@ -206,7 +206,7 @@ def hierarchical(
     cost_step = preset["cost_step"]
     units = assign_ops.grid_capacity(b, cost_step)
     bandwidth = preset["bandwidth_mhz"]
-    rate_high, se_high = _rate_bounds(preset, nf)
+    rate_high, se_high = rate_bounds(preset, nf)
     budgets = jnp.full((m,), b, jnp.float32)
     f32 = jnp.float32
     defaults = HierarchicalParams(
@@ -361,7 +361,7 @@ def _mean_snr(distance, shadow_db, bandwidth_mhz, noise_figure_db):
     return 10.0 ** ((_POWER_DBM + gain_db - noise_dbm) / 10.0)
 
 
-def _rate_bounds(preset, noise_figure_db: float) -> tuple[float, float]:
+def rate_bounds(preset, noise_figure_db: float) -> tuple[float, float]:
     """99th percentiles of the download rate (Mbit/s) and spectral efficiency, fixed seed."""
     rng = np.random.default_rng(0)
     size = 200_000
