@@ -11,7 +11,7 @@ from bandits.baselines import fixed, group_round_robin, oracle, random, round_ro
 from bandits.cocs import COCSState, cocs
 from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.dfl_ccmab import dfl_ccmab
-from bandits.edge_baselines import cucb_base, edge_linucb, edge_random
+from bandits.edge_baselines import cucb_base, cucb_super, edge_linucb, edge_random
 from bandits.epsilon_greedy import epsilon_greedy
 from bandits.local_accuracy import local_accuracy
 from bandits.per_server import per_server_epsilon_greedy, per_server_random
@@ -33,6 +33,7 @@ REGISTRY.register("cocs", cocs)
 REGISTRY.register("cocs_literal", cocs, fill_in=False)
 REGISTRY.register("cs_ucb", cs_ucb)
 REGISTRY.register("cucb_base", cucb_base)
+REGISTRY.register("cucb_super", cucb_super)
 REGISTRY.register("cs_ucb_q", cs_ucb_q)
 REGISTRY.register("dfl_ccmab", dfl_ccmab)
 REGISTRY.register("dfl_ccmab_literal", dfl_ccmab, exploration_scale=1.0)
@@ -64,6 +65,7 @@ __all__ = [
     "cocs",
     "COCSState",
     "cucb_base",
+    "cucb_super",
     "edge_linucb",
     "edge_random",
     "cs_ucb",

@@ -10,6 +10,9 @@ scores to the same P2 solver as COCS and the oracle (spec §4):
 - `cucb_base`: combinatorial UCB (Chen, Wang, Yuan 2013) on context-free per-pair means,
   index :math:`\bar X_{n,m} + \sqrt{1.5 \ln t / T_{n,m}}` clipped to [0, 1], a pair never
   tried at 1 (spec §4.2).
+- `cucb_super`: the paper's CUCB, UCB1 over a fixed catalogue of whole decisions drawn
+  without context (spec §4.2 `cucb_super`): played decisions are repaired to the round's
+  coverage and budgets, rewarded by their successes over the most a round can have.
 - `edge_linucb`: LinUCB (Li et al. 2010) on pair features :math:`x = [\phi_{n,m}, 1]`,
   index :math:`\theta^\top x + \alpha \sqrt{x^\top A^{-1} x}` clipped to [0, 1]; one model
   shared by all pairs (default, spec §4.3) or one per pair (`model="disjoint"`).
@@ -27,7 +30,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from bandits import edge_inputs
-from fedjax_sel import validation
+from fedjax_sel import ops, validation
 from fedjax_sel.ops import assignment
 from fedjax_sel.types import Selector
 
@@ -138,6 +141,100 @@ def cucb_base(
         pairs = edge_inputs.chosen_pairs(decision, feedback.observed, m)
         won = pairs & feedback.success[:, None]
         return CUCBState(state.counts + pairs, state.sums + won)
+
+    return Selector(init=init, select=select, update=update)
+
+
+class CUCBSuperState(NamedTuple):
+    """CUCB over a catalogue of decisions.
+
+    Attributes:
+      catalogue: int32[K, N], the ES of each client in each decision (-1 for none).
+      plays: int32[K], times each decision was played.
+      sums: f32[K], their normalised rewards.
+      played: int32[], the decision played this round (read by `update`).
+    """
+
+    catalogue: jax.Array
+    plays: jax.Array
+    sums: jax.Array
+    played: jax.Array
+
+
+def cucb_super(
+    num_clients: int,
+    num_selected: int | None = None,
+    num_servers: int = 3,
+    budget: float = 3.5,
+    catalogue_size: int = 2000,
+    nominal_cost: float = 1.0,
+) -> Selector:
+    r"""UCB1 over a catalogue of whole decisions (Qu et al. Sec. VI-B "CUCB"; spec §4.2).
+
+    The paper's CUCB treats each decision as an arm and, unable to follow a time-varying
+    arm set, plans with static resources. The catalogue holds `catalogue_size` random
+    decisions, drawn per trial: each client to a uniformly random ES, each ES keeping
+    :math:`K_{max} = \lfloor B / c_{nominal} \rfloor` of its clients at random
+    (`nominal_cost`: 1, the cheapest MNIST client, as spec §4.2's
+    :math:`K_{max} = \lfloor B / c_{min} \rfloor`). Each round the decision of largest
+    index :math:`\bar r_k + \sqrt{2 \ln t / n_k}` (unplayed first,
+    ties at random) is repaired: unreachable pairs dropped, then each ES's most expensive
+    clients until its real budget holds. Its reward is its successes over
+    :math:`M K_{max}`. With a catalogue larger than the horizon it explores throughout,
+    the paper's "CUCB is close to Random".
+
+    Args:
+      num_clients: N >= 1.
+      num_selected: validated only, 1 <= k <= N or None.
+      num_servers: M >= 1.
+      budget: B > 0 per ES.
+      catalogue_size: K >= 1 decisions (2000).
+      nominal_cost: > 0, the static cost per client that sizes the decisions.
+    """
+    n, m, budgets, _, _ = _common(num_clients, num_selected, num_servers, budget, "greedy", 1.0)
+    size = validation.positive_int("catalogue_size", catalogue_size)
+    nominal = validation.positive_float("nominal_cost", nominal_cost)
+    slots = max(1, min(n, int(float(budget) / nominal)))
+    scale = float(m * slots)
+
+    def init(key):
+        server_key, priority_key = jax.random.split(key)
+        server = jax.random.randint(server_key, (size, n), 0, m)
+        priority = jax.random.uniform(priority_key, (size, n))
+        # A client's rank among its server's clients: its rank by (server, priority)
+        # less the clients of the servers before its own.
+        rank = jnp.argsort(jnp.argsort(server + priority, axis=1), axis=1)
+        per_server = jnp.sum(server[..., None] == jnp.arange(m), axis=1)
+        before = jnp.cumsum(per_server, axis=1) - per_server
+        ahead = rank - jnp.take_along_axis(before, server, axis=1)
+        catalogue = jnp.where(ahead < slots, server, -1).astype(jnp.int32)
+        return CUCBSuperState(
+            catalogue, jnp.zeros(size, jnp.int32), jnp.zeros(size, jnp.float32), jnp.int32(0)
+        )
+
+    def select(state, inp, key):
+        r = edge_inputs.read(inp, n, m, None, "cucb_super")
+        tie_key, repair_key = jax.random.split(key)
+        plays = jnp.maximum(state.plays, 1).astype(jnp.float32)
+        t = jnp.asarray(inp.t, jnp.float32)
+        index = state.sums / plays + jnp.sqrt(2.0 * jnp.log(t) / plays)
+        index = jnp.where(state.plays > 0, index, jnp.inf)
+        played = ops.masked_top_k(index, jnp.ones(size, bool), 1, tie_key)
+        arm = jnp.argmax(played).astype(jnp.int32)
+        server = state.catalogue[arm]
+        reachable = (server >= 0) & r.reachable[jnp.arange(n), jnp.maximum(server, 0)]
+        keep = ops.grouped_budgeted_top_k(
+            -r.cost, r.cost, reachable, jnp.maximum(server, 0), budgets, repair_key
+        )
+        pairs = assignment.pairs_of(jnp.where(keep, server, -1), m)
+        return edge_inputs.decision(pairs), state._replace(played=arm)
+
+    def update(state, decision, feedback):
+        won = jnp.sum(decision.selected & feedback.observed & feedback.success) / scale
+        return state._replace(
+            plays=state.plays.at[state.played].add(1),
+            sums=state.sums.at[state.played].add(won),
+        )
 
     return Selector(init=init, select=select, update=update)
 

@@ -83,6 +83,7 @@ ENVIRONMENTS = {
     "cocs": _hierarchical,
     "cocs_literal": _hierarchical,
     "cucb_base": _hierarchical,
+    "cucb_super": _hierarchical,
     "edge_linucb": _hierarchical,
     "edge_linucb_disjoint": _hierarchical,
     "edge_random": _hierarchical,

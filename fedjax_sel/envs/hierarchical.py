@@ -159,8 +159,8 @@ def hierarchical(
 
     Args:
       num_clients: N >= 1 (50 in the paper).
-      num_selected: the largest cohort, 1 <= k <= N, or None for N: the budgets bound
-        the cohort (the registry's contract; refused outside [1, N]).
+      num_selected: validated only, 1 <= k <= N or None (the registry's contract): the
+        budgets bound the cohort, so the environment declares no cap.
       num_servers: M >= 1 (3).
       availability: coverage probability per client-ES pair and round, a probability or
         f32[N] per client (0.6, spec A15); not all zero.
@@ -179,7 +179,8 @@ def hierarchical(
       An `Env` (see the module docstring for its inputs and statistics).
     """
     n = validation.positive_int("num_clients", num_clients)
-    k = n if num_selected is None else validation.num_selected(num_selected, n)
+    if num_selected is not None:
+        validation.num_selected(num_selected, n)
     m = validation.positive_int("num_servers", num_servers)
     coverage = validation.probabilities("availability", availability, n)
     if not np.any(coverage > 0):
@@ -346,7 +347,7 @@ def hierarchical(
         oracle=oracle_fn,
         num_clients=n,
         params=defaults,
-        num_selected=k,
+        num_selected=None,
     )
 
 
