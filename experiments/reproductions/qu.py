@@ -8,7 +8,8 @@ pseudo-regret against the oracle on p (eq. 11, spec A11).
 Settings: "calibrated" is the spec's recommended reading of COCS (`bandits.cocs`
 defaults: fill-in of the budget left by exploration, per-pair counters, Table I's
 h_T = 5); "literal" is Algorithm 1 as printed (`fill_in=False`). Both run the same
-baselines (LinUCB on a shared model, CUCB on per-pair means, random) and the oracle.
+baselines (LinUCB on a shared model, the paper's catalogue CUCB `cucb_super`, random)
+and the oracle on p.
 
 The figures that train models (2, 4(a), 4(c), 4(e), 7 and Table II) are not here.
 """
@@ -41,7 +42,10 @@ def _policies(options: Options, dataset: str, budget: float) -> dict:
         "oracle": bandits.oracle(),
         "cocs": bandits.cocs(N, fill_in=options.setting == "calibrated", **common),
         "linucb": bandits.edge_linucb(N, **common),
-        "cucb": bandits.cucb_base(N, **common),
+        # Decisions sized by the cheapest client (0.5 per MHz at the lowest compute).
+        "cucb": bandits.cucb_super(
+            N, num_servers=M, budget=budget, nominal_cost=0.5 * PRESETS[dataset]["compute_mhz"][0]
+        ),
         "random": bandits.edge_random(N, num_servers=M, budget=budget),
     }
 
