@@ -52,7 +52,9 @@ selects the most pairs that will succeed this round (cheapest first over
 :math:`A \wedge X`); its regret is then measured on realised values (both
 `expected_reward` and `oracle_reward` are realised).
 
-`RoundStats.extras`: `successes` (the count) and `selected` (clients scheduled).
+Feedback latencies are the clients' times capped at the deadline (the ES stops waiting);
+`RoundStats.latency` is the slowest selected client's. `RoundStats.extras`: `successes`
+(the count) and `selected` (clients scheduled).
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class _Round(NamedTuple):
     cost: chex.Array  # f32[N]
     p: chex.Array  # f32[N, M], success probability of each pair
     success: chex.Array  # bool[N, M], X
-    latency: chex.Array  # f32[N, M], tau (s); 0 for the synthetic generator
+    latency: chex.Array  # f32[N, M], min(tau, deadline) (s); 0 for the synthetic generator
 
 
 def hierarchical(
@@ -267,7 +269,9 @@ def hierarchical(
             ]
         shape = (n, m)
         context = jnp.clip(jnp.stack([jnp.broadcast_to(f, shape) for f in features], -1), 0, 1)
-        return _Round(cover, context, cost, p, latency <= params.deadline_s, latency)
+        # The ES stops waiting at the deadline: a deep fade's time is reported as that.
+        capped = jnp.minimum(latency, params.deadline_s)
+        return _Round(cover, context, cost, p, latency <= params.deadline_s, capped)
 
     def observe(state, t, key, params=None):
         del key  # the round is a function of (round_key, t), so that `step` sees it too
