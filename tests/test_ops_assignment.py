@@ -64,9 +64,14 @@ def _total(selected, value):
     return np.sum(np.where(np.asarray(selected), value, 0.0), axis=(1, 2))
 
 
+@functools.cache
+def _batched(kernel):
+    return jax.jit(jax.vmap(kernel))
+
+
 def _run(kernel, *arrays, seed=0):
     keys = jax.random.split(jax.random.PRNGKey(seed), arrays[0].shape[0])
-    return jax.jit(jax.vmap(kernel))(*arrays, keys)
+    return _batched(kernel)(*arrays, keys)
 
 
 knapsack = functools.partial(assignment.knapsack, cost_step=STEP, capacity_units=UNITS)
@@ -144,13 +149,18 @@ def test_max_cardinality_hand_worked():
     np.testing.assert_allclose(remaining, [0.1, 0.3], atol=1e-6)
 
 
+def _max_cardinality_pairs(value, cost, eligible, budget, key):
+    del value
+    return assignment.max_cardinality(cost, eligible, budget, key)[0]
+
+
 @pytest.mark.parametrize("solver", ["knapsack", "greedy", "max_cardinality"])
 def test_every_solver_is_feasible_with_ties_and_shared_clients(solver):
     value, cost, eligible, budget = _instances(6, 500, 6, 3, ties=True)
     kernel = {
         "knapsack": knapsack,
         "greedy": assignment.greedy,
-        "max_cardinality": lambda v, c, e, b, k: assignment.max_cardinality(c, e, b, k)[0],
+        "max_cardinality": _max_cardinality_pairs,
     }[solver]
     selected = _run(kernel, value, cost, eligible, budget)
     _check_feasible(selected, cost, eligible, budget)
