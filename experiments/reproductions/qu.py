@@ -81,15 +81,16 @@ def _utility_and_regret(options: Options, dataset: str, rounds: int, figures: tu
     utility = _totals(res, "cumulative_reward")
     regret = _totals(res, "cumulative_regret")
     fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 3.8))
-    for p in POLICIES:
+    for i, p in enumerate(POLICIES):
         mean, half = res.curve(p, "cumulative_reward")
-        left.plot(mean, label=p)
-        left.fill_between(np.arange(mean.size), mean - half, mean + half, alpha=0.2)
+        left.plot(mean, label=p, color=f"C{i}")
+        left.fill_between(np.arange(mean.size), mean - half, mean + half, alpha=0.2, color=f"C{i}")
         if p != "oracle":
-            right.plot(res.curve(p, "cumulative_regret")[0], label=p)
+            right.plot(res.curve(p, "cumulative_regret")[0], label=p, color=f"C{i}")
     left.set(xlabel="edge round", ylabel="cumulative utility (successes)")
     right.set(xlabel="edge round", ylabel="cumulative regret")
     left.legend()
+    right.legend()
     learners = ("linucb", "cucb", "random")
     cocs_best = all(
         utility["cocs"][0] - utility["cocs"][1] > utility[p][0] + utility[p][1] for p in learners
