@@ -54,13 +54,14 @@ def max_cardinality(
     *_, order = lax.sort((cost, tie, jnp.arange(n)), num_keys=2)
 
     def visit(remaining, client):
-        fits = eligible[client] & (remaining >= cost[client])
+        reachable, price = client
+        fits = reachable & (remaining >= price)
         server = jnp.argmax(jnp.where(fits, remaining, -jnp.inf))
-        take = jnp.any(fits)
-        row = take & (jnp.arange(m) == server)
-        return remaining - jnp.where(row, cost[client], 0.0), row
+        row = jnp.any(fits) & (jnp.arange(m) == server)
+        return remaining - jnp.where(row, price, 0.0), row
 
-    remaining, rows = lax.scan(visit, budget.astype(jnp.float32), order)
+    # The clients in visiting order as scanned inputs: no gather inside the loop.
+    remaining, rows = lax.scan(visit, budget.astype(jnp.float32), (eligible[order], cost[order]))
     return jnp.zeros((n, m), bool).at[order].set(rows), remaining
 
 
