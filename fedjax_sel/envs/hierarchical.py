@@ -292,6 +292,7 @@ def hierarchical(
                 r.cost, r.coverage & r.success, budgets, tie_key
             )
             return selected
+        # A fixed order of the servers: the oracle is a function of the round alone.
         return assign_ops.solve(
             solver, r.p, r.cost, r.coverage, budgets,
             jax.random.PRNGKey(0), cost_step, units,
