@@ -26,8 +26,9 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_sel import metrics, validation
+from fedjax_sel.ops import double
 from fedjax_sel.results import Results
-from fedjax_sel.runner import checkpoints, chunking, programs
+from fedjax_sel.runner import checkpoints, chunking, programs, reduction
 from fedjax_sel.runner.chunking import (
     CHUNK_COST_TRIALS,
     CPU_CHUNK_CLIENT_TRIALS,
@@ -175,13 +176,11 @@ def simulate(
         path = checkpoint_dir and os.path.join(checkpoint_dir, f"policy_{name}.npz")
         state = _run_policy(name, policy_programs, plan, path, progress)
         curve_sums, count_sums = state.stack.total()
-        mean = curve_sums[..., 0].astype(np.float64) / num_trials
-        second = curve_sums[..., 1].astype(np.float64) / num_trials
-        std = np.sqrt(np.maximum(second - mean * mean, 0.0))
+        mean, std = reduction.mean_and_std(curve_sums, num_trials)
         curves[name] = {
             metric: {"mean": mean[:, i], "std": std[:, i]} for i, metric in enumerate(layout.curves)
         }
-        per_trial = np.concatenate(state.per_trial)
+        per_trial = double.to_float64(np.concatenate(state.per_trial))
         totals[name] = {total: per_trial[:, i] for i, total in enumerate(layout.totals)}
         fractions[name] = count_sums.astype(np.float64) / (num_trials * num_rounds)
 
@@ -277,13 +276,13 @@ def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoin
             carry = jax.device_put(jax.tree.unflatten(treedef, state.carry_leaves), sharded)
         else:
             carry = init_carry(keys, params, trial_ids)
-            state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2), np.float32)
+            state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2, 2), np.float32)
         while state.next_round <= num_rounds:
             t0 = state.next_round
             length = min(plan.rounds_per_chunk, num_rounds - t0 + 1)
             rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
             carry, sums = run_rounds(carry, keys, params, trial_ids, valid, rounds)
-            state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums))
+            state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums), double.add)
             state.next_round = t0 + length
             if path and state.next_round <= num_rounds:
                 state.carry_leaves = [np.asarray(x) for x in jax.tree.leaves(carry)]
@@ -292,10 +291,9 @@ def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoin
                 in_chunk = min(chunk, num_trials - start)
                 done = start * num_rounds + in_chunk * (state.next_round - 1)
                 progress(name, done, num_trials * num_rounds)
-        per_trial, chunk_counts, largest_cohort = finish(carry, valid, jnp.float32(num_rounds))
+        per_trial, chunk_counts, cohorts = finish(carry, valid, jnp.float32(num_rounds))
         valid = np.asarray(valid)
-        if cohort is not None:
-            _check_cohort(name, np.asarray(largest_cohort)[valid], cohort)
+        _check_decisions(name, np.asarray(cohorts)[valid], cohort, start)
         state.per_trial.append(np.asarray(per_trial)[valid])
         state.stack.push((state.curve, tree_sum(np.asarray(chunk_counts))))
         state.chunk += 1
@@ -306,12 +304,29 @@ def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoin
     return state
 
 
-def _check_cohort(name: str, largest_cohort: np.ndarray, num_selected: int) -> None:
-    """Raises if a trial's policy selected more than `num_selected` clients in a round
-    (`largest_cohort`, f32[trials] of the chunk), which would make the regret negative."""
-    largest = int(largest_cohort.max(initial=0))
-    if largest > num_selected:
-        raise ValueError(
-            f"policy {name!r} selected {largest} clients in a round; the environment's "
-            f"cohort is num_selected={num_selected}."
-        )
+def _check_decisions(name: str, cohorts: np.ndarray, num_selected: int | None, start: int):
+    """Raises if a trial's policy made a decision the environment does not accept
+    (`metrics.decision_violations`, `Env.feasible`), which could make its regret negative.
+
+    Args:
+      cohorts: f32[trials, 2] of the chunk: each trial's largest cohort and its number of
+        rounds with a decision not accepted.
+      start: the index of the chunk's first trial.
+    """
+    largest, invalid = cohorts[:, 0], cohorts[:, 1]
+    if not invalid.any():
+        return
+    trial = start + int(np.argmax(invalid > 0))
+    cohort = (
+        f" (its largest cohort: {int(largest.max())}; the environment's: num_selected="
+        f"{num_selected})"
+        if num_selected is not None
+        else ""
+    )
+    raise ValueError(
+        f"policy {name!r} made decisions the environment does not accept in "
+        f"{int(invalid.sum())} rounds of {int((invalid > 0).sum())} trials, first in trial "
+        f"{trial}{cohort}: a decision may select only available clients, at most "
+        f"num_selected of them, within the environment's own constraints (Env.feasible). "
+        f"Its results are not reported."
+    )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fedjax_sel.runner.reduction import DyadicStack
+from fedjax_sel.runner.reduction import DyadicStack, join_chunks
 
 
 @dataclasses.dataclass
@@ -22,9 +22,9 @@ class Progress:
 
     chunk: int = 0
     next_round: int = 1
-    curve: np.ndarray | None = None  # f32[T, metrics, 2], current trial chunk
+    curve: np.ndarray | None = None  # f32[T, metrics, 2, 2], current trial chunk
     per_trial: list = dataclasses.field(default_factory=list)
-    stack: DyadicStack = dataclasses.field(default_factory=DyadicStack)
+    stack: DyadicStack = dataclasses.field(default_factory=lambda: DyadicStack(join_chunks))
     carry_leaves: list | None = None
 
 
@@ -62,7 +62,7 @@ def load_progress(path: str) -> Progress:
             next_round=int(f["next_round"]),
             curve=f["curve"],
             per_trial=[f[f"per_trial_{i}"] for i in range(int(f["num_per_trial"]))],
-            stack=DyadicStack(levels, items),
+            stack=DyadicStack(join_chunks, levels, items),
             carry_leaves=[f[f"carry_{i}"] for i in range(int(f["num_carry"]))] or None,
         )
 
