@@ -428,3 +428,36 @@ def test_parameters_are_an_argument_of_the_compiled_programs():
         separate.curves["policy"]["num_selected"]["mean"],
         fedjax_sel.simulate(sel, env, 6, 4, progress=None).curves["policy"]["num_selected"]["mean"],
     )
+
+
+@pytest.mark.parametrize(
+    "selected, message",
+    [
+        (lambda inp: inp.available.astype(jnp.float32), r"Decision.selected must be bool\[6\]"),
+        (lambda inp: jnp.ones((N + 1,), bool), r"Decision.selected must be bool\[6\]"),
+    ],
+)
+def test_a_decision_of_the_wrong_shape_or_dtype_is_refused_before_anything_runs(selected, message):
+    calls = []
+    sel = _selector(lambda state, inp, key: (fedjax_sel.Decision(selected(inp)), state))
+    with pytest.raises(ValueError, match=message):
+        fedjax_sel.simulate({"bad": sel}, _env(), 5, 2, progress=lambda *a: calls.append(a))
+    assert calls == []
+
+
+def test_a_policy_that_selects_an_unavailable_client_is_refused():
+    def select_first(state, inp, key):
+        return fedjax_sel.Decision(jnp.arange(N) < K), state  # availability 0.8: not always
+
+    with pytest.raises(ValueError, match=r"policy 'first' made decisions the environment does"):
+        fedjax_sel.simulate({"first": _selector(select_first)}, _env(), 20, 4, progress=None)
+
+
+def test_a_decision_the_environment_rejects_is_refused():
+    env = envs.dfl_delay(6, 1, num_servers=3)  # one client per cell of two
+
+    def first_two(state, inp, key):
+        return fedjax_sel.Decision(jnp.arange(6) < 2), state  # both of cell 0
+
+    with pytest.raises(ValueError, match=r"Env.feasible"):
+        fedjax_sel.simulate({"two": _selector(first_two)}, env, 3, 2, progress=None)

@@ -21,7 +21,10 @@ A round lasts as long as its slowest selected client (eq. 1), 0 when nobody is
 selected. Feedback: the selected clients' exchange times (`latency`), `reward` their
 negatives. Round statistics: `latency` the round time f; `expected_reward` the negative
 of the largest expected time :math:`c^\top\theta^*` in the cohort, `oracle_reward` the
-same for the `oracle` (the min(k, available) clients of smallest expected time). The
+same for the `oracle` (the min(k, available) clients of smallest expected time). A
+cohort smaller than min(k, |A(t)|) counts its empty slots as the slowest available
+client, in `expected_reward` and `reward` (a round over fewer clients would otherwise
+beat the oracle, `envs.cohort`); `latency` stays the time of the clients selected. The
 fairness queues of eq. (6), :math:`Z_{t+1,n} = \max(Z_{t,n} + \beta - x_{t,n}, 0)`,
 are a function of the selections alone, so the environment keeps them for every policy
 and reports their mean, maximum and sum of squares after each round as extras.
@@ -44,6 +47,7 @@ import numpy as np
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs import cohort
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -216,12 +220,15 @@ def exchange_time(
         tau = 2.0 * jax.random.uniform(key, (n,)) * mean
         best = oracle(state, round_input).selected
         round_time = jnp.max(jnp.where(selected, tau, 0.0))
+        # Empty slots count as the slowest available client (module docstring).
+        short = cohort.missing(selected, round_input.available, m) > 0
+        charged = selected | (short & round_input.available)
         queue = jnp.maximum(state.queue + params.fairness_rate - selected.astype(jnp.float32), 0.0)
         feedback = Feedback(observed=selected, reward=-tau, latency=tau, success=selected)
         stats = RoundStats(
-            expected_reward=-jnp.max(jnp.where(selected, mean, 0.0)),
+            expected_reward=-jnp.max(jnp.where(charged, mean, 0.0)),
             oracle_reward=-jnp.max(jnp.where(best, mean, 0.0)),
-            reward=-round_time,
+            reward=-jnp.max(jnp.where(charged, tau, 0.0)),
             latency=round_time,
             num_failed=jnp.float32(0.0),
             extras={

@@ -6,6 +6,11 @@ the oracle picks the k available clients of largest `mu_i` and the pseudo-regret
 round is `sum_{oracle} mu_i - sum_{selected} mu_i` (combinatorial semi-bandit, Chen,
 Wang and Yuan, ICML 2013), among the clients of `RoundInput.available`. Latency is not
 modelled (zero). Parameters: `StationaryParams`.
+
+A cohort smaller than min(k, |A(t)|) adds nothing for its empty slots where no mean can
+be negative (Bernoulli, Beta); where one can (Gaussian), each empty slot is worth the
+lowest mean if that is negative, so that leaving out a client never beats the oracle
+(`envs.cohort`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import jax.numpy as jnp
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs import cohort
 from fedjax_sel.ops import top_k_mask, where_needed
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -88,6 +94,12 @@ def _stationary_env(
         availability=process.params,
     )
 
+    def empty_slots_value(mu, selected, available):
+        """The value of the slots a short cohort leaves empty (module docstring)."""
+        if bounds[0] >= 0.0:  # no mean can be negative: an empty slot is worth 0
+            return 0.0
+        return cohort.missing(selected, available, k) * jnp.minimum(jnp.min(mu), 0.0)
+
     def oracle_value(mu, available):
         return jnp.sum(jnp.where(top_k_mask(mu, available, k), mu, 0.0))
 
@@ -113,6 +125,7 @@ def _stationary_env(
         params = defaults if params is None else params
         reward = sample(key, state.means, params.scale)
         selected = decision.selected
+        empty = empty_slots_value(state.means, selected, round_input.available)
         feedback = Feedback(
             observed=selected,
             reward=reward,
@@ -120,7 +133,7 @@ def _stationary_env(
             success=selected,
         )
         stats = RoundStats(
-            expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)),
+            expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)) + empty,
             # The k best means, computed at reset, unless a client is unavailable.
             oracle_reward=where_needed(
                 ~jnp.all(round_input.available),
@@ -130,7 +143,7 @@ def _stationary_env(
                 round_input.available,
                 state.full_oracle_reward,
             ),
-            reward=jnp.sum(jnp.where(selected, reward, 0.0)),
+            reward=jnp.sum(jnp.where(selected, reward, 0.0)) + empty,
             latency=jnp.float32(0.0),
             num_failed=jnp.float32(0.0),
         )

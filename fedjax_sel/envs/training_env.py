@@ -497,6 +497,13 @@ def training(
                 params = defaults if params is None else params
                 return delay_env.oracle(state.delay, inp, params.delay)
 
+        delay_feasible = None
+        if delay_env.feasible is not None:
+
+            def delay_feasible(state, inp, decision, params=None):
+                params = defaults if params is None else params
+                return delay_env.feasible(state.delay, inp, decision, params.delay)
+
         return Env(
             reset=reset,
             observe=observe,
@@ -505,6 +512,7 @@ def training(
             num_clients=n,
             params=defaults,
             num_selected=k,
+            feasible=delay_feasible,
         )
     return Env(
         reset=reset,

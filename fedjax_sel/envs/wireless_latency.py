@@ -26,7 +26,10 @@ quantiles (`mean_reward`); with geometry drawn per trial, :math:`\mu_k` is inter
 in dB (cubic) from a per-client table built once per configuration.
 
 An empty round (no client available) has latency 0 and value 1 for the policy and the
-oracle alike, so it cancels in every regret.
+oracle alike, so it cancels in every regret. A cohort smaller than min(N, |A(t)|) counts
+each empty channel as a client at the deadline, reward 0 (`envs.cohort`): the paper
+schedules min(N, |A(t)|) clients (eq. 10), and a bottleneck over fewer clients would
+otherwise beat the oracle. `latency` stays the time of the clients scheduled.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import numpy as np
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs import cohort
 from fedjax_sel.envs.latency import path_loss_db
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
@@ -337,14 +341,16 @@ def wireless_latency(
         reward = 1.0 - latency / physics.deadline_s
         selected = decision.selected
         best = oracle(state, round_input).selected
-        expected = bottleneck(state.means, selected)
+        # An empty channel is a client at the deadline: reward 0 (module docstring).
+        short = cohort.missing(selected, round_input.available, n_sel) > 0
+        expected = jnp.where(short, 0.0, bottleneck(state.means, selected))
         extras = {"expected_reward": expected}
         if per_client_metrics:
             extras.update({f"selected/{i}": selected[i].astype(jnp.float32) for i in range(k_all)})
         stats = RoundStats(
             expected_reward=expected,
             oracle_reward=bottleneck(state.means, best),
-            reward=bottleneck(reward, selected),
+            reward=jnp.where(short, 0.0, bottleneck(reward, selected)),
             latency=jnp.max(jnp.where(selected, latency, 0.0)),
             num_failed=jnp.sum(selected & failed).astype(jnp.float32),
             extras=extras,

@@ -94,6 +94,33 @@ def checked_programs(name, run_keys, num_trials, env, selector, *settings):
     return program
 
 
+def check_decision(decision, num_clients: int) -> None:
+    """Raises ValueError unless `decision` (traced) is a `Decision` with `selected` bool[N]
+    and `assignment` None or an integer [N]: the checks that need only shapes, made
+    while the programs are traced (`checked_programs`), before anything runs."""
+    if not isinstance(decision, Decision):
+        raise ValueError(
+            f"select must return a fedjax_sel.Decision, got {type(decision).__name__}."
+        )
+    selected = decision.selected
+    if getattr(selected, "shape", None) != (num_clients,) or selected.dtype != jnp.bool_:
+        raise ValueError(
+            f"Decision.selected must be bool[{num_clients}] (one flag per client), got "
+            f"{getattr(selected, 'dtype', type(selected).__name__)}"
+            f"{list(getattr(selected, 'shape', ()))}."
+        )
+    assignment = decision.assignment
+    if assignment is not None and (
+        getattr(assignment, "shape", None) != (num_clients,)
+        or not jnp.issubdtype(assignment.dtype, jnp.integer)
+    ):
+        raise ValueError(
+            f"Decision.assignment must be None or int32[{num_clients}] (a server per client, "
+            f"-1 for none), got {getattr(assignment, 'dtype', type(assignment).__name__)}"
+            f"{list(getattr(assignment, 'shape', ()))}."
+        )
+
+
 def programs(env: Env, selector: Selector, *settings):
     """`build_programs(env, selector, *settings)`, cached when the env and selector are
     hashable (they normally are: tuples of functions), so that a second `simulate` of the
@@ -149,6 +176,7 @@ def build_programs(
         if selector.privileged:
             inp = inp._replace(oracle=env.oracle(env_state, inp, params))
         decision, policy_state = selector.select(policy_state, inp, policy_key)
+        check_decision(decision, n)
         invalid = metrics.decision_violations(decision, inp.available, env.num_selected)
         if env.feasible is not None:
             invalid |= ~env.feasible(env_state, inp, decision, params)
