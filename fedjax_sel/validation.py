@@ -332,12 +332,12 @@ def check_feedback(
       ValueError: eagerly, naming the policy, the range and the first offending client.
     """
     value, observed = getattr(feedback, field), feedback.observed
+    allowed = "finite" if np.isinf(low) and np.isinf(high) else f"finite and in [{low}, {high}]"
     if isinstance(value, jax.core.Tracer) or isinstance(observed, jax.core.Tracer):
         ok = jnp.isfinite(value) & (value >= low) & (value <= high)
         checkify.debug_check(
             jnp.all(ok | ~observed),
-            f"policy {policy!r}: Feedback.{field} of an observed client is NaN or outside "
-            f"[{low}, {high}]",
+            f"policy {policy!r} assumes Feedback.{field} {allowed} for observed clients",
         )
         return
     value, observed = np.asarray(value), np.asarray(observed, bool)
@@ -346,8 +346,7 @@ def check_feedback(
     if np.any(bad):
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         raise ValueError(
-            f"policy {policy!r} assumes Feedback.{field} finite and in [{low}, {high}] for "
-            f"observed clients; got {value[first]!r} at client index {first} "
-            f"({int(bad.sum())} such values). Rescale the rewards or pick a policy without "
-            f"this assumption."
+            f"policy {policy!r} assumes Feedback.{field} {allowed} for observed clients; "
+            f"got {float(value[first])} at client index {first} ({int(bad.sum())} such "
+            f"values). Rescale the values or pick a policy without this assumption."
         )
