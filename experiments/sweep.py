@@ -73,6 +73,7 @@ def run(
         raise ValueError("policies must name at least one policy.")
     if len(set(policies)) != len(policies):
         raise ValueError(f"policies must be distinct, got {policies}.")
+    validation.num_selected(num_selected, validation.positive_int("num_clients", num_clients))
     validation.positive_int("num_rounds", num_rounds)
     validation.positive_int("num_trials", num_trials)
     validation.seed("seed", seed)

@@ -274,7 +274,14 @@ def output_file(name: str, path) -> str:
             f"{name}={path!r} is a directory; name a file to write, e.g. {name}="
             f"{os.path.join(path, 'out.json')!r}."
         )
-    output_dir(f"the directory of {name}", os.path.dirname(os.path.abspath(path)))
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(ancestor):
+        if os.path.exists(ancestor):
+            raise ValueError(
+                f"{name}={path!r} lies under {ancestor!r}, which is a file, not a directory: "
+                f"choose another {name}."
+            )
+        ancestor = os.path.dirname(ancestor)
     return path
 
 
