@@ -243,9 +243,9 @@ def dfl_delay(
     k_cell = validation.group_size(k_total, num_servers)
     s = k_total // k_cell
     n = validation.int_in_range("num_selected (clients per server)", num_selected, 1, k_cell)
-    low, high = cycles_per_sample_range
-    validation.positive_float("cycles_per_sample_range[0]", low)
-    validation.float_in_range("cycles_per_sample_range[1]", high, low, float("inf"))
+    low, high = validation.real_interval(
+        "cycles_per_sample_range", cycles_per_sample_range, 0.0, low_open=True
+    )
     validation.float_in_range("noise_dbm", noise_dbm, -400.0, 100.0)
     noise_mode = validation.choice("noise_mode", noise_mode, NOISE_MODES)
     reference = validation.choice("regret_reference", regret_reference, REGRET_REFERENCES)

@@ -160,8 +160,8 @@ def exchange_time(
             f"every client a rate above m/N), got {beta} * {n} > {m}."
         )
     size = validation.positive_float("model_size_mb", model_size_mb)
-    b_low, b_high = _range("bandwidth_mhz", bandwidth_mhz)
-    mu_low, mu_high = _range("cpu_ratio", cpu_ratio)
+    b_low, b_high = validation.real_interval("bandwidth_mhz", bandwidth_mhz, 0.0, low_open=True)
+    mu_low, mu_high = validation.real_interval("cpu_ratio", cpu_ratio, 0.0, low_open=True)
     if cold_start not in COLD_START_READINGS:
         raise ValueError(f"cold_start must be one of {COLD_START_READINGS}, got {cold_start!r}.")
     if coefficients is None:
@@ -252,14 +252,3 @@ def exchange_time(
         # deadline, more than m at times; m is the oracle's cohort only.
         num_selected=None,
     )
-
-
-def _range(name: str, bounds) -> tuple[float, float]:
-    """Checks a (low, high) pair with 0 < low <= high."""
-    try:
-        low, high = (float(v) for v in bounds)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (low, high), got {bounds!r}.") from None
-    if not 0.0 < low <= high < float("inf"):
-        raise ValueError(f"{name} must satisfy 0 < low <= high < inf, got {bounds!r}.")
-    return low, high

@@ -81,11 +81,9 @@ def _stationary_env(
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
     process = availability_lib.resolve(availability, n)
-    low, high = means_range
+    low, high = validation.real_interval("means_range", means_range, *bounds)
     if means is not None:
         means = jnp.asarray(validation.array_in_range("means", means, (n,), *bounds))
-    elif not low <= high:
-        raise ValueError(f"means_range must satisfy low <= high, got {means_range}.")
     defaults = StationaryParams(
         means=means,
         means_low=jnp.float32(low),
@@ -179,8 +177,6 @@ def bernoulli(
         availability process (`envs.availability`).
       means_range: (low, high) for means drawn per trial.
     """
-    validation.float_in_range("means_range[0]", means_range[0], 0.0, 1.0)
-    validation.float_in_range("means_range[1]", means_range[1], 0.0, 1.0)
 
     def sample(key, mu, scale):
         del scale
@@ -240,8 +236,7 @@ def beta(
       means_range: (low, high) inside (0, 1) for means drawn per trial.
     """
     c = validation.positive_float("concentration", concentration)
-    validation.float_in_range("means_range[0]", means_range[0], 0.0, 1.0, low_open=True)
-    validation.float_in_range("means_range[1]", means_range[1], 0.0, 1.0)
+    validation.real_interval("means_range", means_range, 0.0, 1.0, low_open=True)
 
     def sample(key, mu, scale):
         return jax.random.beta(key, scale * mu, scale * (1.0 - mu))

@@ -273,6 +273,9 @@ def wireless_latency(
     d_min = validation.float_in_range(
         "min_distance_km", min_distance_km, 0.0, radius, low_open=True
     )
+    per_client_metrics = validation.boolean("per_client_metrics", per_client_metrics)
+    if geometry_seed is not None:
+        validation.seed("geometry_seed", geometry_seed)
     process = availability_lib.resolve(availability, k_all)
     defaults = WirelessLatencyParams(availability=process.params)
     low64, high64 = compute_bounds(k_all, scale)
@@ -285,8 +288,8 @@ def wireless_latency(
     if distances_km is not None:
         fixed = validation.array_in_range("distances_km", distances_km, (k_all,), 1e-9, 1e9)
     elif geometry_seed is not None:
-        seed = validation.int_in_range("geometry_seed", geometry_seed, 0, 2**31 - 1)
-        u = np.random.default_rng(seed).uniform(size=k_all)
+        rng = np.random.default_rng(geometry_seed)
+        u = rng.uniform(size=k_all)
         fixed = np.maximum(radius * np.sqrt(u), d_min)
     if fixed is not None:
         snr64 = 10.0 ** (gain_db(fixed.astype(np.float64)) / 10.0)
