@@ -381,9 +381,35 @@ def test_cli_refuses_bad_flag(module_name, argv, text, cli_cwd):
     assert text in str(info.value), str(info.value)
 
 
-# Cases of `fedjax_sel.simulate`'s own arguments (seed range, rounds_per_chunk=0, devices,
-# output paths) are added here, in the form (keyword arguments, argument named).
-SIMULATE_CASES: list[tuple[dict, str]] = []
+# Cases of `fedjax_sel.simulate`'s own arguments, as (keyword arguments, argument named).
+SIMULATE_CASES: list[tuple[dict, str]] = [
+    ({"seed": 2**32 + 1}, "seed"),  # was: silently the run of seed 1
+    ({"seed": 2**64}, "seed"),  # was: OverflowError from inside JAX
+    ({"seed": -1}, "seed"),
+    ({"seed": 1.5}, "seed"),
+    ({"seed": "0"}, "seed"),
+    ({"seed": True}, "seed"),
+    ({"num_rounds": 0}, "num_rounds"),
+    ({"num_rounds": 2.0}, "num_rounds"),
+    ({"num_trials": 0}, "num_trials"),
+    ({"num_trials": None}, "num_trials"),
+    ({"rounds_per_chunk": 0}, "rounds_per_chunk"),  # was: silently all rounds at once
+    ({"rounds_per_chunk": 5}, "rounds_per_chunk"),
+    ({"trials_per_chunk": 3}, "trials_per_chunk"),
+    ({"trials_per_chunk": 0}, "trials_per_chunk"),
+    ({"memory_budget_bytes": 0}, "memory_budget_bytes"),
+    ({"trials_per_chunk": 2, "memory_budget_bytes": 10**9}, "memory_budget_bytes"),
+    ({"devices": ["cpu"]}, "devices"),  # was: AttributeError
+    ({"devices": "cpu"}, "devices"),
+    # Under a file; was: NotADirectoryError.
+    ({"checkpoint_dir": os.path.join(__file__, "ckpt")}, "checkpoint_dir"),
+    ({"checkpoint_dir": ""}, "checkpoint_dir"),
+    ({"progress": 3}, "progress"),  # was: TypeError after the first chunk
+    ({"config": {"array": np.zeros(2)}}, "config"),
+    ({"policies": {}}, "policies"),
+    ({"policies": {"ucb": "ucb"}}, "policies"),
+    ({"env": "bernoulli"}, "env"),
+]
 
 
 @pytest.mark.parametrize("kwargs, arg", SIMULATE_CASES)
