@@ -16,7 +16,8 @@ digit (the variance is about (mean/std)^2 times smaller than the second moment).
 sums are kept as double-f32 numbers (`fedjax_sel.ops.double`), an f32 pair (hi, lo)
 whose exact sum carries about 48 significant bits, formed without a rounding that
 depends on whether XLA fuses a multiply into an add; the host finishes the moments in
-float64 (`mean_and_std`).
+float64 (`mean_and_std`). The std's relative error is then about (mean/std)^2 2^-48:
+below 1e-6 down to std/mean ~ 1e-4.
 """
 
 from __future__ import annotations
