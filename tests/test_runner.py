@@ -336,7 +336,7 @@ def test_metrics_are_consistent():
         ({"num_trials": -2}, r"num_trials must be an integer >= 1, got -2"),
         ({"trials_per_chunk": 3}, r"trials_per_chunk must be a power of two"),
         ({"rounds_per_chunk": 50}, r"rounds_per_chunk must be an integer in \[1, 23\]"),
-        ({"seed": -1}, r"seed must be an integer >= 0"),
+        ({"seed": -1}, r"seed must be an integer in \[0, 4294967295\], got -1"),
         ({"config": {"f": object()}}, r"config must be JSON-serialisable"),
     ],
 )
