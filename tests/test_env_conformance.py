@@ -18,6 +18,8 @@ import bandits
 import fedjax_sel
 from fedjax_sel import envs
 from fedjax_sel.envs import availability
+from fedjax_sel.envs.hierarchical import PRESETS
+from fedjax_sel.ops import assignment as assign_ops
 from fedjax_sel.types import Decision, Env
 
 N, K, TRIALS, ROUNDS = 12, 2, 3, 4
@@ -212,11 +214,28 @@ def test_the_lazy_training_factory_survives_an_import_of_its_module():
     assert envs.TrainingState is module.TrainingState
 
 
-def _random_accepted_regrets(env: Env, key, num_decisions=64):
+def _random_decision(name: str, env: Env, inp, key) -> Decision:
+    """A random subset of the available clients, of a size uniform in 0..cohort; in the
+    hierarchical network, random values on the subset's covered pairs packed within the
+    budgets by the greedy solver: a random feasible assignment, short ones included."""
+    size_key, order_key, value_key, solver_key = jax.random.split(key, 4)
+    size = jax.random.randint(size_key, (), 0, (env.num_selected or N) + 1)
+    scores = jnp.where(inp.available, jax.random.uniform(order_key, (N,)), -1.0)
+    subset = inp.available & (jnp.argsort(jnp.argsort(-scores)) < size)
+    if name != "hierarchical":
+        return Decision(subset)
+    covered = (inp.connectivity > 0) & subset[:, None]
+    num_servers = covered.shape[1]
+    budgets = jnp.full(num_servers, PRESETS["mnist"]["budget"])
+    value = jax.random.uniform(value_key, covered.shape)
+    pairs = assign_ops.greedy(value, inp.info["cost"], covered, budgets, solver_key)
+    return Decision(jnp.any(pairs, axis=1), assign_ops.assignment_of(pairs))
+
+
+def _random_accepted_regrets(name: str, env: Env, key, num_decisions=64):
     """Pseudo-regrets f32[ROUNDS, num_decisions] of random decisions of every size from 0 to
-    the cohort (random subsets of the available clients), and whether the environment
-    accepts each (`Env.feasible`), over ROUNDS rounds of one trial."""
-    cohort = env.num_selected or N
+    the cohort (`_random_decision`), and whether the environment accepts each
+    (`Env.feasible`), over ROUNDS rounds of one trial."""
     state = env.reset(key)
     regrets, accepted = [], []
     for t in range(1, ROUNDS + 1):
@@ -224,11 +243,7 @@ def _random_accepted_regrets(env: Env, key, num_decisions=64):
         inp = env.observe(state, t, obs_key)
 
         def one(k, state, inp, step_key):
-            size_key, order_key = jax.random.split(k)
-            size = jax.random.randint(size_key, (), 0, cohort + 1)
-            scores = jnp.where(inp.available, jax.random.uniform(order_key, (N,)), -1.0)
-            rank = jnp.argsort(jnp.argsort(-scores))
-            decision = Decision(inp.available & (rank < size))
+            decision = _random_decision(name, env, inp, k)
             _, _, stats = env.step(state, inp, decision, step_key)
             ok = True if env.feasible is None else env.feasible(state, inp, decision)
             return stats.oracle_reward - stats.expected_reward, ok
@@ -250,7 +265,7 @@ def test_no_accepted_decision_beats_the_oracle(name):
     extra = {"means_range": (-1.0, 1.0)} if name == "gaussian" else {}
     env = envs.make(name, N, K, availability=0.7, **extra)
     keys = jax.random.split(jax.random.PRNGKey(11), TRIALS)
-    regrets, accepted = jax.jit(jax.vmap(lambda k: _random_accepted_regrets(env, k)))(keys)
+    regrets, accepted = jax.jit(jax.vmap(lambda k: _random_accepted_regrets(name, env, k)))(keys)
     regrets, accepted = np.asarray(regrets), np.asarray(accepted)
     assert accepted.mean() > 0.2  # the property is tested on many decisions
     assert regrets[accepted].min() >= -1e-6 * max(1.0, np.abs(regrets).max())

@@ -37,7 +37,9 @@ Reward generators (`generator`):
 `RoundInput`: `available` (bool[N], clients that reach some ES), `connectivity`
 (f32[N, M], :math:`A^t`), `pair_context` (f32[N, M, D], :math:`\phi_{n,m}^t`) and
 `info = {"cost": f32[N]}`. Decisions must carry `assignment` (int32[N], the ES of each
-selected client, -1 for none); a pair outside the coverage never succeeds.
+selected client, -1 for none). `Env.feasible` accepts a decision when every selected
+client is assigned to one ES (10d) that covers it this round (10c) and every ES's
+selected clients cost at most B (10b); the runner refuses the others.
 
 Utility (`utility`): "linear" is the number of successful participants
 :math:`\sum_m \sum_{n \in s_m} X_{n,m}`, eq. (8) times M (the paper's absolute numbers,
@@ -51,6 +53,15 @@ the per-ES knapsack solver on the true :math:`p`; "X" (Sec. VI-B's clairvoyant r
 selects the most pairs that will succeed this round (cheapest first over
 :math:`A \wedge X`); its regret is then measured on realised values (both
 `expected_reward` and `oracle_reward` are realised).
+
+What a decision is worth, and the regret's reference: every pair's value (p, or X) is
+at least 0, so a decision that leaves budget unused, or selects nobody, is worth the sum
+over the pairs it holds and nothing is added for the room it leaves (it can only lose to
+a fuller one). P2 with overlapping coverage is NP-hard and both solvers are heuristics
+(exact per ES on the cost grid), so an accepted decision can be worth more than the
+solver's; `oracle_reward` is therefore the better of the two, per round. The
+pseudo-regret so measured is never negative, at least the regret against the solver's
+decision and at most the regret against the exact optimum of P2.
 
 Feedback latencies are the clients' times capped at the deadline (the ES stops waiting);
 `RoundStats.latency` is the slowest selected client's. `RoundStats.extras`: `successes`
@@ -94,6 +105,7 @@ _NOISE_DBM_PER_HZ = -174.0
 _SHADOWING_DB = 8.0
 _DISTANCE_KM = (0.01, 2.0)
 _RATE_QUANTILE = 0.99
+_BUDGET_RTOL = 1e-5
 
 
 class HierarchicalParams(NamedTuple):
@@ -306,26 +318,40 @@ def hierarchical(
     def value(count):
         return count if utility == "linear" else jnp.sqrt(count / m)
 
-    def step(state, inp, decision, key, params=None):
-        del key
-        params = defaults if params is None else params
+    def held_pairs(decision):
+        """bool[N, M]: the (client, ES) pairs a decision holds, one per selected client."""
         if decision.assignment is None:
             raise ValueError(
                 "envs.hierarchical needs Decision.assignment (the edge server of each "
                 "selected client); use a hierarchical policy (bandits.cocs, ...)."
             )
+        return assign_ops.pairs_of(decision.assignment, m) & decision.selected[:, None]
+
+    def feasible(state, inp, decision, params=None):
+        del state, params
+        pairs = held_pairs(decision)
+        assigned = jnp.any(pairs, axis=1) | ~decision.selected  # (10d), a server in [0, M)
+        covered = ~jnp.any(pairs & (inp.connectivity == 0), axis=1)  # (10c)
+        load = jnp.sum(jnp.where(pairs, inp.info["cost"][:, None], 0.0), axis=0)
+        # (10b), up to f32 rounding of a sum that a solver may have formed in another order.
+        within = load <= budgets * (1.0 + _BUDGET_RTOL)
+        return jnp.all(assigned) & jnp.all(covered) & jnp.all(within)
+
+    def step(state, inp, decision, key, params=None):
+        del key
+        params = defaults if params is None else params
         r = draw(state, inp.t, params)
-        pairs = (
-            assign_ops.pairs_of(decision.assignment, m) & decision.selected[:, None] & r.coverage
-        )
+        # Pairs outside the coverage never succeed (the runner refuses such decisions).
+        pairs = held_pairs(decision) & r.coverage
         chosen = best(state, inp.t, r, params)
         won = pairs & r.success
         count = jnp.sum(won).astype(f32)
         if oracle == "X":
-            expected, reference = count, jnp.sum(chosen & r.success).astype(f32)
+            expected, solved = count, jnp.sum(chosen & r.success).astype(f32)
         else:
             expected = jnp.sum(jnp.where(pairs, r.p, 0.0))
-            reference = jnp.sum(jnp.where(chosen, r.p, 0.0))
+            solved = jnp.sum(jnp.where(chosen, r.p, 0.0))
+        reference = jnp.maximum(solved, expected)  # the solver is a heuristic (docstring)
         client_success = jnp.any(won, axis=1)
         selected = decision.selected
         latency = jnp.sum(jnp.where(pairs, r.latency, 0.0), axis=1)
@@ -353,6 +379,7 @@ def hierarchical(
         num_clients=n,
         params=defaults,
         num_selected=None,
+        feasible=feasible,
     )
 
 
