@@ -2,7 +2,9 @@
 
 Thousands of random small instances, solved at once under `jax.vmap`, are compared with
 an exhaustive search over every assignment (numpy), itself checked against the integer
-programme of `experiments.reference.assignment_milp`.
+programme of `experiments.reference.assignment_milp`. Every batch has the same shapes
+(COUNT instances of N clients and M servers; one-server instances leave the others
+ineligible), so that each kernel compiles once.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from fedjax_sel.ops import assignment
 
 STEP = 0.25
 UNITS = 16  # capacity 4.0 on the grid
+COUNT, N, M = 1000, 6, 3
 
 
-def _instances(seed, count, n, m, *, disjoint=False, ties=False):
-    """Random instances: values, grid costs in [0.25, 2.5], eligibility, budgets <= 4."""
+def _instances(seed, count=COUNT, n=N, m=M, *, disjoint=False, ties=False, servers=M):
+    """Random instances: values, grid costs in [0.25, 2.5], eligibility, budgets <= 4;
+    only the first `servers` servers eligible."""
     rng = np.random.default_rng(seed)
     if ties:
         value = rng.integers(0, 3, (count, n, m)) / 2.0
@@ -31,7 +35,7 @@ def _instances(seed, count, n, m, *, disjoint=False, ties=False):
     else:
         value = rng.uniform(0.0, 1.0, (count, n, m))
         cost = rng.integers(1, 11, (count, n)) * STEP
-    eligible = rng.uniform(size=(count, n, m)) < 0.7
+    eligible = (rng.uniform(size=(count, n, m)) < 0.7) & (np.arange(m) < servers)
     if disjoint:
         only = rng.integers(0, m, (count, n))
         eligible &= only[..., None] == np.arange(m)
@@ -78,7 +82,7 @@ knapsack = functools.partial(assignment.knapsack, cost_step=STEP, capacity_units
 
 
 def test_exhaustive_search_equals_the_integer_programme():
-    value, cost, eligible, budget = _instances(1, 60, 5, 3)
+    value, cost, eligible, budget = _instances(1, 60, 5)
     best = _exhaustive(value, cost, eligible, budget)
     for i in range(60):
         x = assignment_milp(value[i], cost[i], eligible[i], budget[i])
@@ -87,7 +91,7 @@ def test_exhaustive_search_equals_the_integer_programme():
 
 
 def test_knapsack_is_exact_when_no_client_is_shared():
-    value, cost, eligible, budget = _instances(2, 1500, 6, 3, disjoint=True)
+    value, cost, eligible, budget = _instances(2, disjoint=True)
     selected = _run(knapsack, value, cost, eligible, budget)
     _check_feasible(selected, cost, eligible, budget)
     np.testing.assert_allclose(
@@ -96,7 +100,7 @@ def test_knapsack_is_exact_when_no_client_is_shared():
 
 
 def test_knapsack_with_shared_clients_is_feasible_and_at_most_optimal():
-    value, cost, eligible, budget = _instances(3, 1000, 6, 3)
+    value, cost, eligible, budget = _instances(3)
     selected = _run(knapsack, value, cost, eligible, budget)
     _check_feasible(selected, cost, eligible, budget)
     got, best = _total(selected, value), _exhaustive(value, cost, eligible, budget)
@@ -107,7 +111,7 @@ def test_knapsack_with_shared_clients_is_feasible_and_at_most_optimal():
 
 
 def test_greedy_on_one_server_is_within_half_the_optimum():
-    value, cost, eligible, budget = _instances(4, 1500, 7, 1)
+    value, cost, eligible, budget = _instances(4, servers=1)
     selected = _run(assignment.greedy, value, cost, eligible, budget)
     _check_feasible(selected, cost, eligible, budget)
     got, best = _total(selected, value), _exhaustive(value, cost, eligible, budget)
@@ -126,7 +130,7 @@ def test_greedy_single_item_fix_takes_the_valuable_item():
 
 
 def test_max_cardinality_on_one_server_is_optimal():
-    value, cost, eligible, budget = _instances(5, 1500, 7, 1)
+    value, cost, eligible, budget = _instances(5, servers=1)
     selected, remaining = _run(assignment.max_cardinality, cost, eligible, budget)
     _check_feasible(selected, cost, eligible, budget)
     ones = np.ones_like(value)
@@ -156,7 +160,7 @@ def _max_cardinality_pairs(value, cost, eligible, budget, key):
 
 @pytest.mark.parametrize("solver", ["knapsack", "greedy", "max_cardinality"])
 def test_every_solver_is_feasible_with_ties_and_shared_clients(solver):
-    value, cost, eligible, budget = _instances(6, 500, 6, 3, ties=True)
+    value, cost, eligible, budget = _instances(6, ties=True)
     kernel = {
         "knapsack": knapsack,
         "greedy": assignment.greedy,
