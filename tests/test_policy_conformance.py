@@ -17,7 +17,9 @@ environment needs a row in `ENVIRONMENTS`, else its test fails.
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Callable
 from typing import NamedTuple
 
 import chex
@@ -99,8 +101,34 @@ ENVIRONMENTS = {
 CALLBACK_PRIMITIVES = ("callback",)  # pure_callback, io_callback, debug_callback, ...
 
 
+@functools.cache
+def _built_setting(factory) -> Setting:
+    return factory()
+
+
 def _setting(name: str) -> Setting:
-    return ENVIRONMENTS.get(name, _stationary)()
+    """The entry's setting; entries with the same one share its `Env` (and programs)."""
+    return _built_setting(ENVIRONMENTS.get(name, _stationary))
+
+
+class EnvPrograms(NamedTuple):
+    """An environment's functions under `jax.jit(jax.vmap(...))` over trials."""
+
+    reset: Callable
+    observe: Callable
+    oracle: Callable | None
+    step: Callable
+
+
+@functools.cache
+def _programs(env: Env) -> EnvPrograms:
+    """Compiled once per environment, shared by the entries that run on it."""
+    return EnvPrograms(
+        reset=jax.jit(jax.vmap(env.reset)),
+        observe=jax.jit(jax.vmap(env.observe, in_axes=(0, None, 0))),
+        oracle=None if env.oracle is None else jax.jit(jax.vmap(env.oracle)),
+        step=jax.jit(jax.vmap(env.step)),
+    )
 
 
 def _round(selector, env):
@@ -146,7 +174,7 @@ def built(request):
     env = setting.env
     keys = jax.random.split(jax.random.PRNGKey(0), TRIALS)
     policy_state = jax.jit(jax.vmap(selector.init))(keys)
-    env_state = jax.jit(jax.vmap(env.reset))(keys)
+    env_state = _programs(env).reset(keys)
     return name, selector, setting, env_state, policy_state
 
 
@@ -154,10 +182,9 @@ def test_init_select_update_under_jit_and_vmap_with_fixed_state(built):
     name, selector, setting, env_state, state = built
     env = setting.env
     first = state
-    observe = jax.jit(jax.vmap(env.observe, in_axes=(0, None, 0)))
-    oracle = jax.jit(jax.vmap(env.oracle)) if selector.privileged else None
+    observe, oracle, step = _programs(env).observe, _programs(env).oracle, _programs(env).step
+    oracle = oracle if selector.privileged else None
     select = jax.jit(jax.vmap(selector.select))
-    step = jax.jit(jax.vmap(env.step))
     update = jax.jit(jax.vmap(selector.update))
     for t in range(1, ROUNDS + 1):
         keys = jax.random.split(jax.random.PRNGKey(t), (3, TRIALS))
