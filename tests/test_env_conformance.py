@@ -52,20 +52,23 @@ def test_every_entry_has_a_row():
 
 
 def _run(env: Env, keys, params=None):
-    """ROUNDS rounds of one trial per key (oracle decisions), under jit and vmap."""
+    """ROUNDS rounds of one trial per key (oracle decisions), under jit and vmap, scanned
+    as the runner plays them (a state that changes shape or dtype fails the scan): per
+    round, (input, decision, feedback, state after, stats) with a leading trial axis."""
 
     def trial(key, params):
-        state = env.reset(key, params)
-        outputs = []
-        for t in range(1, ROUNDS + 1):
+        def round_fn(state, t):
             obs_key, step_key = jax.random.split(jax.random.fold_in(key, t))
             inp = env.observe(state, t, obs_key, params)
             decision = _oracle(env, state, inp, params)
             feedback, state, stats = env.step(state, inp, decision, step_key, params)
-            outputs.append((inp, decision, feedback, state, stats))
-        return outputs
+            return state, (inp, decision, feedback, state, stats)
 
-    return jax.jit(jax.vmap(trial, in_axes=(0, None)))(keys, params)
+        rounds = jnp.arange(1, ROUNDS + 1, dtype=jnp.int32)
+        return jax.lax.scan(round_fn, env.reset(key, params), rounds)[1]
+
+    stacked = jax.jit(jax.vmap(trial, in_axes=(0, None)))(keys, params)
+    return [jax.tree.map(lambda x, i=i: x[:, i], stacked) for i in range(ROUNDS)]
 
 
 def _oracle(env, state, inp, params):
@@ -236,25 +239,23 @@ def _random_accepted_regrets(name: str, env: Env, key, num_decisions=64):
     """Pseudo-regrets f32[ROUNDS, num_decisions] of random decisions of every size from 0 to
     the cohort (`_random_decision`), and whether the environment accepts each
     (`Env.feasible`), over ROUNDS rounds of one trial."""
-    state = env.reset(key)
-    regrets, accepted = [], []
-    for t in range(1, ROUNDS + 1):
+
+    def round_fn(state, t):
         obs_key, step_key, decision_key = jax.random.split(jax.random.fold_in(key, t), 3)
         inp = env.observe(state, t, obs_key)
 
-        def one(k, state, inp, step_key):
+        def one(k):
             decision = _random_decision(name, env, inp, k)
             _, _, stats = env.step(state, inp, decision, step_key)
             ok = True if env.feasible is None else env.feasible(state, inp, decision)
-            return stats.oracle_reward - stats.expected_reward, ok
+            return stats.oracle_reward - stats.expected_reward, jnp.asarray(ok)
 
-        r, ok = jax.vmap(one, in_axes=(0, None, None, None))(
-            jax.random.split(decision_key, num_decisions), state, inp, step_key
-        )
-        regrets.append(r)
-        accepted.append(jnp.broadcast_to(ok, r.shape))
+        regret, ok = jax.vmap(one)(jax.random.split(decision_key, num_decisions))
         _, state, _ = env.step(state, inp, env.oracle(state, inp), step_key)
-    return jnp.stack(regrets), jnp.stack(accepted)
+        return state, (regret, ok)
+
+    rounds = jnp.arange(1, ROUNDS + 1, dtype=jnp.int32)
+    return jax.lax.scan(round_fn, env.reset(key), rounds)[1]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "training"])
