@@ -239,10 +239,10 @@ def test_regret_reference_is_the_better_of_the_solver_and_the_decision(network):
     programme) has none, although it beats the solver in some rounds; an empty decision
     is charged the solver's value; dropping one client costs that pair's p."""
     linear, _, rounds = network
-    count = 40
-    take = lambda tree: jax.tree.map(lambda x: x[:count], tree)  # noqa: E731
-    inp, state = take(rounds["input"]), take(rounds["state"])
-    best, _, best_stats = take(rounds["linear"])
+    count = 40  # rounds, each with its integer programme
+    inp, state, (best, _, best_stats) = jax.tree.map(
+        lambda x: x[:count], (rounds["input"], rounds["state"], rounds["linear"])
+    )
     context = np.asarray(inp.pair_context)
     p = np.clip(state.intercept + np.sum(state.slope * context, -1), 0.0, 1.0)
     cost, reach = np.asarray(inp.info["cost"]), np.asarray(inp.connectivity) > 0

@@ -4,10 +4,12 @@ One table drives the checks: each registered policy, built as `bandits.make(name
 runs on a small environment that supplies what it reads (contexts, edge servers, local
 accuracies; a plain Bernoulli environment otherwise) and is checked for:
 
-- `init`/`select`/`update` under `jax.jit` and `jax.vmap` over trials;
+- `init`/`select`/`update` under `jax.jit` and `jax.vmap` over trials, in one program
+  per entry (a scan over rounds, as the runner plays them);
 - a state of fixed shapes and dtypes across rounds;
-- decisions bool[N], inside `available`, at most the cohort size;
-- no host callback inside one scanned round (its jaxpr);
+- decisions bool[N], inside `available`, at most the cohort size, accepted by the
+  setting's `Env.feasible`;
+- no host callback in that program (its jaxpr);
 - a `ValueError` naming the argument, raised by the factory (so before anything is
   traced), for a bad cohort size and for every negative numeric hyper-parameter.
 
@@ -17,9 +19,7 @@ environment needs a row in `ENVIRONMENTS`, else its test fails.
 
 from __future__ import annotations
 
-import functools
 import inspect
-from collections.abc import Callable
 from typing import NamedTuple
 
 import chex
@@ -101,38 +101,13 @@ ENVIRONMENTS = {
 CALLBACK_PRIMITIVES = ("callback",)  # pure_callback, io_callback, debug_callback, ...
 
 
-@functools.cache
-def _built_setting(factory) -> Setting:
-    return factory()
-
-
 def _setting(name: str) -> Setting:
-    """The entry's setting; entries with the same one share its `Env` (and programs)."""
-    return _built_setting(ENVIRONMENTS.get(name, _stationary))
-
-
-class EnvPrograms(NamedTuple):
-    """An environment's functions under `jax.jit(jax.vmap(...))` over trials."""
-
-    reset: Callable
-    observe: Callable
-    oracle: Callable | None
-    step: Callable
-
-
-@functools.cache
-def _programs(env: Env) -> EnvPrograms:
-    """Compiled once per environment, shared by the entries that run on it."""
-    return EnvPrograms(
-        reset=jax.jit(jax.vmap(env.reset)),
-        observe=jax.jit(jax.vmap(env.observe, in_axes=(0, None, 0))),
-        oracle=None if env.oracle is None else jax.jit(jax.vmap(env.oracle)),
-        step=jax.jit(jax.vmap(env.step)),
-    )
+    return ENVIRONMENTS.get(name, _stationary)()
 
 
 def _round(selector, env):
-    """One round of one trial, as the runner plays it: `(carry, t) -> (carry, selected)`."""
+    """One round of one trial, as the runner plays it: `(carry, t) -> (carry, (selected,
+    available, accepted))`."""
 
     def round_fn(carry, t):
         env_state, state, key = carry
@@ -140,10 +115,13 @@ def _round(selector, env):
         inp = env.observe(env_state, t, obs_key)
         if selector.privileged:
             inp = inp._replace(oracle=env.oracle(env_state, inp))
-        decision, state = selector.select(state, inp, policy_key)
+        decision, selected_state = selector.select(state, inp, policy_key)
+        chex.assert_trees_all_equal_shapes_and_dtypes(state, selected_state)  # while traced
+        state = selected_state
+        accepted = True if env.feasible is None else env.feasible(env_state, inp, decision)
         feedback, env_state, _ = env.step(env_state, inp, decision, step_key)
         state = selector.update(state, decision, feedback)
-        return (env_state, state, key), (decision.selected, inp.available)
+        return (env_state, state, key), (decision.selected, inp.available, jnp.asarray(accepted))
 
     return round_fn
 
@@ -165,63 +143,60 @@ def _callbacks(fn, *args) -> list[str]:
     return sorted({p for p in names if any(c in p for c in CALLBACK_PRIMITIVES)})
 
 
+class Played(NamedTuple):
+    """ROUNDS rounds of TRIALS trials of one entry (leading axis: trials)."""
+
+    name: str
+    setting: Setting
+    initial: chex.ArrayTree  # the policy's state after init
+    final: chex.ArrayTree  # and after the last round
+    selected: jax.Array  # bool[TRIALS, ROUNDS, N]
+    available: jax.Array  # bool[TRIALS, ROUNDS, N]
+    accepted: jax.Array  # bool[TRIALS, ROUNDS], `Env.feasible` (True where none)
+    callbacks: list[str]  # host callbacks in the program
+
+
 @pytest.fixture(scope="module", params=sorted(bandits.REGISTRY))
-def built(request):
-    """(name, selector, setting, trial states, per-round decisions and availability)."""
+def played(request) -> Played:
+    """Each entry's rounds as the runner plays them, in one program: `jit` of `vmap` over
+    trials of `init` and a `scan` over rounds of observe, select, step and update (the
+    state's shapes and dtypes checked after select while traced, and after update by the
+    scan)."""
     name = request.param
     selector = bandits.make(name, N, K)
     setting = _setting(name)
-    env = setting.env
-    keys = jax.random.split(jax.random.PRNGKey(0), TRIALS)
-    policy_state = jax.jit(jax.vmap(selector.init))(keys)
-    env_state = _programs(env).reset(keys)
-    return name, selector, setting, env_state, policy_state
-
-
-def test_init_select_update_under_jit_and_vmap_with_fixed_state(built):
-    name, selector, setting, env_state, state = built
-    env = setting.env
-    first = state
-    observe, oracle, step = _programs(env).observe, _programs(env).oracle, _programs(env).step
-    oracle = oracle if selector.privileged else None
-    select = jax.jit(jax.vmap(selector.select))
-    update = jax.jit(jax.vmap(selector.update))
-    for t in range(1, ROUNDS + 1):
-        keys = jax.random.split(jax.random.PRNGKey(t), (3, TRIALS))
-        inp = observe(env_state, jnp.int32(t), keys[0])
-        if oracle is not None:
-            inp = inp._replace(oracle=oracle(env_state, inp))
-        decision, state = select(state, inp, keys[1])
-        chex.assert_trees_all_equal_shapes_and_dtypes(first, state)
-        selected = np.asarray(decision.selected)
-        assert selected.shape == (TRIALS, N) and selected.dtype == np.bool_, name
-        assert not np.any(selected & ~np.asarray(inp.available)), (name, t)
-        assert np.all(selected.sum(1) <= setting.max_selected), (name, t, selected.sum(1))
-        feedback, env_state, _ = step(env_state, inp, decision, keys[2])
-        state = update(state, decision, feedback)
-        chex.assert_trees_all_equal_shapes_and_dtypes(first, state)
-
-
-def test_scanned_rounds_have_no_host_callback(built):
-    name, selector, setting, env_state, state = built
     round_fn = _round(selector, setting.env)
-    keys = jax.random.split(jax.random.PRNGKey(1), TRIALS)
 
-    def trials(env_state, state, keys):
-        def one(e, s, k):
-            carry, (selected, available) = jax.lax.scan(
-                round_fn, (e, s, k), jnp.arange(1, ROUNDS + 1, dtype=jnp.int32)
+    def trials(keys):
+        def one(key):
+            env_key, init_key, run_key = jax.random.split(key, 3)
+            initial = selector.init(init_key)
+            start = (setting.env.reset(env_key), initial, run_key)
+            carry, outputs = jax.lax.scan(
+                round_fn, start, jnp.arange(1, ROUNDS + 1, dtype=jnp.int32)
             )
-            return carry[1], selected, available
+            return initial, carry[1], outputs
 
-        return jax.vmap(one)(env_state, state, keys)
+        return jax.vmap(one)(keys)
 
-    assert _callbacks(trials, env_state, state, keys) == [], name
-    final, selected, available = jax.jit(trials)(env_state, state, keys)
-    chex.assert_trees_all_equal_shapes_and_dtypes(state, final)
-    assert selected.shape == (TRIALS, ROUNDS, N) and selected.dtype == jnp.bool_
-    assert not np.any(np.asarray(selected & ~available)), name
-    assert np.all(np.asarray(selected.sum(-1)) <= setting.max_selected), name
+    keys = jax.random.split(jax.random.PRNGKey(0), TRIALS)
+    callbacks = _callbacks(trials, keys)
+    initial, final, (selected, available, accepted) = jax.jit(trials)(keys)
+    return Played(name, setting, initial, final, selected, available, accepted, callbacks)
+
+
+def test_init_select_update_under_jit_and_vmap_with_fixed_state(played):
+    name, setting = played.name, played.setting
+    chex.assert_trees_all_equal_shapes_and_dtypes(played.initial, played.final)
+    selected, available = np.asarray(played.selected), np.asarray(played.available)
+    assert selected.shape == (TRIALS, ROUNDS, N) and selected.dtype == np.bool_, name
+    assert not np.any(selected & ~available), name
+    assert np.all(selected.sum(-1) <= setting.max_selected), (name, selected.sum(-1))
+
+
+def test_scanned_rounds_have_no_host_callback_and_are_accepted(played):
+    assert played.callbacks == [], played.name
+    assert np.all(np.asarray(played.accepted)), played.name  # where the setting has feasible
 
 
 def test_callback_check_finds_a_host_callback():
