@@ -34,6 +34,7 @@ VARIANTS = {
         {"model_size_mb": np.inf},
     ),
     "gaussian": ({"stddev": 2.0, "means_range": (-1.0, 1.0)}, "stddev", {"stddev": np.inf}),
+    "opinion_surrogate": ({"noise": 0.02, "rate": 0.3}, "noise", {"noise": np.inf}),
     "training": (
         {"latency_range": (2.0, 3.0), "latency_spread": 0.25},
         "learning_rate",

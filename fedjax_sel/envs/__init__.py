@@ -20,6 +20,11 @@ from fedjax_sel.envs.exchange_time import (
     exchange_time,
     true_coefficients,
 )
+from fedjax_sel.envs.opinion_surrogate import (
+    OpinionSurrogateParams,
+    OpinionSurrogateState,
+    opinion_surrogate,
+)
 from fedjax_sel.envs.stationary import StationaryParams, StationaryState, bernoulli, beta, gaussian
 from fedjax_sel.envs.wireless_latency import WirelessLatencyParams, WirelessState, wireless_latency
 from fedjax_sel.registry import Registry
@@ -51,6 +56,7 @@ REGISTRY.register("beta", beta)
 REGISTRY.register("dfl_delay", dfl_delay)
 REGISTRY.register("exchange_time", exchange_time)
 REGISTRY.register("gaussian", gaussian)
+REGISTRY.register("opinion_surrogate", opinion_surrogate)
 REGISTRY.register("training", _training)
 REGISTRY.register("wireless_latency", wireless_latency)
 
@@ -80,6 +86,9 @@ __all__ = [
     "ExchangeTimeState",
     "gaussian",
     "make",
+    "opinion_surrogate",
+    "OpinionSurrogateParams",
+    "OpinionSurrogateState",
     "REGISTRY",
     "StationaryParams",
     "StationaryState",
