@@ -21,6 +21,7 @@ from bandits.rbcs_f import (
     rbcs_f,
     theory_exploration,
 )
+from bandits.super_arms import quick_init_ucb, super_arm_ucb
 from bandits.thompson import thompson
 from bandits.ucb import ucb
 from fedjax_sel.registry import Registry
@@ -39,9 +40,11 @@ REGISTRY.register("modified_cs_ucb", modified_cs_ucb)
 REGISTRY.register("oracle", oracle)
 REGISTRY.register("per_server_epsilon_greedy", per_server_epsilon_greedy)
 REGISTRY.register("per_server_random", per_server_random)
+REGISTRY.register("quick_init_ucb", quick_init_ucb, uneven="fill")
 REGISTRY.register("random", random)
 REGISTRY.register("rbcs_f", rbcs_f)
 REGISTRY.register("round_robin", round_robin)
+REGISTRY.register("super_arm_ucb", super_arm_ucb)
 REGISTRY.register("thompson", thompson)
 REGISTRY.register("thompson_gaussian", thompson, prior="gaussian")
 REGISTRY.register("ucb", ucb)
@@ -68,11 +71,13 @@ __all__ = [
     "oracle",
     "per_server_epsilon_greedy",
     "per_server_random",
+    "quick_init_ucb",
     "random",
     "rbcs_f",
     "RBCSFState",
     "REGISTRY",
     "round_robin",
+    "super_arm_ucb",
     "theory_exploration",
     "thompson",
     "ucb",

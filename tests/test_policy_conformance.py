@@ -62,6 +62,11 @@ def _exchange_time_uncapped() -> Setting:
     return Setting(envs.exchange_time(N, K), N)
 
 
+def _opinions() -> Setting:
+    # Every client's test opinion in Feedback.info (Tong et al.'s FL&FA / FL&DA).
+    return Setting(envs.opinion_surrogate(N, K), K)
+
+
 def _training_with_local_accuracy() -> Setting:
     pool = fed_data.gaussian_mixture(
         seed=0, num_train=6 * N, num_test=90, num_classes=2, image_shape=(2, 2, 1)
@@ -81,7 +86,9 @@ ENVIRONMENTS = {
     "local_accuracy": _training_with_local_accuracy,
     "per_server_epsilon_greedy": _edge_servers,
     "per_server_random": _edge_servers,
+    "quick_init_ucb": _opinions,
     "rbcs_f": _exchange_time,
+    "super_arm_ucb": _opinions,
 }
 
 CALLBACK_PRIMITIVES = ("callback",)  # pure_callback, io_callback, debug_callback, ...
