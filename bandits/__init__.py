@@ -8,6 +8,7 @@ tests/test_policy_conformance.py.
 """
 
 from bandits.baselines import fixed, group_round_robin, oracle, random, round_robin
+from bandits.belief_propagation import BPUCBState, bp_ucb, client_graph, kappa_bp
 from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.dfl_ccmab import dfl_ccmab
 from bandits.epsilon_greedy import epsilon_greedy
@@ -28,6 +29,8 @@ from fedjax_sel.registry import Registry
 from fedjax_sel.types import Selector
 
 REGISTRY = Registry("policy")
+REGISTRY.register("bp_ucb", bp_ucb, uneven="fill")
+REGISTRY.register("bp_ucb_literal", bp_ucb, uneven="fill", belief_mode="literal")
 REGISTRY.register("cs_ucb", cs_ucb)
 REGISTRY.register("cs_ucb_q", cs_ucb_q)
 REGISTRY.register("dfl_ccmab", dfl_ccmab)
@@ -56,6 +59,9 @@ def make(name: str, num_clients: int, num_selected: int, **hyperparameters) -> S
 
 
 __all__ = [
+    "bp_ucb",
+    "BPUCBState",
+    "client_graph",
     "cs_ucb",
     "cs_ucb_q",
     "dfl_ccmab",
@@ -64,6 +70,7 @@ __all__ = [
     "FedCSState",
     "fixed",
     "group_round_robin",
+    "kappa_bp",
     "local_accuracy",
     "lower_confidence_bound",
     "make",

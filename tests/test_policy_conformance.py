@@ -80,6 +80,8 @@ def _training_with_local_accuracy() -> Setting:
 # Policies that need more than a stationary environment; every other entry runs on
 # `_stationary`.
 ENVIRONMENTS = {
+    "bp_ucb": _opinions,
+    "bp_ucb_literal": _opinions,
     "dfl_ccmab": _edge_servers,
     "dfl_ccmab_literal": _edge_servers,
     "fedcs": _exchange_time_uncapped,
