@@ -7,7 +7,14 @@ registration with its options bound (`thompson_gaussian`). Every entry is checke
 tests/test_policy_conformance.py.
 """
 
-from bandits.baselines import fixed, group_round_robin, oracle, random, round_robin
+from bandits.baselines import (
+    fixed,
+    group_round_robin,
+    oracle,
+    random,
+    round_robin,
+    set_round_robin,
+)
 from bandits.belief_propagation import BPUCBState, bp_ucb, client_graph, kappa_bp
 from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.dfl_ccmab import dfl_ccmab
@@ -47,6 +54,7 @@ REGISTRY.register("quick_init_ucb", quick_init_ucb, uneven="fill")
 REGISTRY.register("random", random)
 REGISTRY.register("rbcs_f", rbcs_f)
 REGISTRY.register("round_robin", round_robin)
+REGISTRY.register("set_round_robin", set_round_robin)
 REGISTRY.register("super_arm_ucb", super_arm_ucb)
 REGISTRY.register("thompson", thompson)
 REGISTRY.register("thompson_gaussian", thompson, prior="gaussian")
@@ -84,6 +92,7 @@ __all__ = [
     "RBCSFState",
     "REGISTRY",
     "round_robin",
+    "set_round_robin",
     "super_arm_ucb",
     "theory_exploration",
     "thompson",

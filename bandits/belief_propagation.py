@@ -1,7 +1,8 @@
 r"""BP-UCB (Tong et al., Sec. V-A, Alg. 2): per-client UCB with a belief-propagation tilt.
 
-The arms are the clients. Client n's reward is its own opinion r_{t,n}, used when it is
-selected (eq. 18); after every slot all N clients' opinions (`Feedback.info["opinions"]`)
+The arms are the clients. Client n's reward is its own opinion r_{t,n}
+(`Feedback.reward`), used when it is selected and observed (eq. 18); after every slot
+all N clients' opinions (`Feedback.info["opinions"]`, read by the "ising" mode only)
 feed belief propagation over the client graph, and the K clients of largest index (17),
 
 .. math:: \Psi_{t,n} = \bar r_{t,n} + b_{t,n}(1) / N + \mu \sqrt{\ln t / \Pi_{t,n}},
@@ -270,16 +271,16 @@ def bp_ucb(
         return Decision(jnp.where(t <= groups_count, cold, chosen)), state._replace(t=t)
 
     def update(state, decision, feedback):
-        r = opinions(feedback, "bp_ucb")
-        selected = decision.selected
+        # A selected client's reward is its own opinion (eq. 18), `Feedback.reward`.
+        selected = decision.selected & feedback.observed
         count = state.count + selected
-        mean = jnp.where(
-            selected, state.mean + (r - state.mean) / jnp.maximum(count, 1.0), state.mean
-        )
+        step = (feedback.reward - state.mean) / jnp.maximum(count, 1.0)
+        mean = jnp.where(selected, state.mean + step, state.mean)
         if belief_mode == "literal":
             belief, messages = state.belief, state.messages
         else:
-            belief, messages = ising_beliefs(r, state.messages, link, coupling, sweeps, damp)
+            everyone = opinions(feedback, "bp_ucb")  # every client's opinion feeds BP
+            belief, messages = ising_beliefs(everyone, state.messages, link, coupling, sweeps, damp)
         return state._replace(mean=mean, count=count, belief=belief, messages=messages)
 
     return Selector(init=init, select=select, update=update)

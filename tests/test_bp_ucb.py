@@ -121,8 +121,8 @@ def test_paper_constants_contract_and_give_beliefs_near_r_squared():
 
 def _feedback(opinions):
     n = opinions.shape[0]
-    zeros = jnp.zeros((n,), bool)
-    return Feedback(zeros, opinions, jnp.zeros((n,)), zeros, info={"opinions": opinions})
+    ones = jnp.ones((n,), bool)
+    return Feedback(ones, opinions, jnp.zeros((n,)), ones, info={"opinions": opinions})
 
 
 @pytest.mark.parametrize("mode", ["ising", "literal"])
