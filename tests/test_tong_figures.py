@@ -6,7 +6,7 @@ from experiments.reproductions import Options, tong
 
 
 def test_fig8_beliefs_settle_within_about_ten_slots(tmp_path):
-    options = Options("literal", str(tmp_path), num_trials=4, num_rounds=30)
+    options = Options("literal", str(tmp_path), num_trials=4, num_rounds=25)
     numbers = tong.run_fig8(options)
     assert numbers["holds"]["converges_within_about_10_slots"], numbers["settled_from_slot"]
     # With the paper's constants the Ising beliefs are about r^2 (spec §3.4), and the

@@ -35,7 +35,7 @@ def test_theorem_1_quick_init_regret_is_logarithmic_and_under_the_bound():
     env = envs.opinion_surrogate(
         n, k, quality=SPREAD, sizes=np.ones(n), accuracy_range=(0.0, 1.0), law="bernoulli"
     )
-    run = run_trials(bandits.quick_init_ucb(n, k, exploration=math.sqrt(2)), env, t, 40)
+    run = run_trials(bandits.quick_init_ucb(n, k, exploration=math.sqrt(2)), env, t, 20)
     regret = np.cumsum(run.oracle - run.expected)
     value = np.array([SPREAD[list(a)].mean() for a in itertools.combinations(range(n), k)])
     gap = value.max() - value
