@@ -94,9 +94,14 @@ def cold_start_groups(key: chex.PRNGKey, num_clients: int, num_selected: int) ->
 
 
 def tied_argmax(index: chex.Array, tolerance: float, key: chex.PRNGKey) -> chex.Array:
-    """int32[], a uniformly random entry of f32[A] `index` within `tolerance` of its max."""
-    tied = index >= jnp.max(index) - tolerance
-    return jnp.argmax(jnp.where(tied, jax.random.uniform(key, index.shape), -1.0)).astype(jnp.int32)
+    """int32[], a uniformly random entry of f32[A] `index` within `tolerance` of its max.
+
+    One random integer, not one per arm: the j-th tied entry for j uniform below the
+    number of ties.
+    """
+    ties = jnp.cumsum(index >= jnp.max(index) - tolerance, dtype=jnp.int32)
+    j = jax.random.randint(key, (), 0, ties[-1])
+    return jnp.searchsorted(ties, j, side="right").astype(jnp.int32)
 
 
 def _mask(members: chex.Array, num_clients: int) -> chex.Array:

@@ -135,3 +135,13 @@ def test_uneven_groups_fill_the_last_group_from_earlier_ones():
     assert groups.shape == (5, 2)
     assert set(groups.ravel()) == set(range(9))
     assert len(set(groups[-1])) == 2
+
+
+def test_tied_argmax_is_uniform_over_the_entries_within_the_tolerance():
+    index = jnp.array([0.5, 0.9, 0.2, 0.9, 0.9 - 1e-7, 0.1, 0.0])
+    keys = jax.random.split(jax.random.PRNGKey(0), 30000)
+    picks = np.asarray(jax.vmap(lambda key: qi.tied_argmax(index, 1e-6, key))(keys))
+    freq = np.bincount(picks, minlength=7) / picks.size
+    # Three tied entries: 1/3 each, within 4 standard errors (0.0027 each).
+    np.testing.assert_allclose(freq[[1, 3, 4]], 1 / 3, atol=4 * np.sqrt(2 / 9 / picks.size))
+    assert freq[[0, 2, 5, 6]].sum() == 0.0
