@@ -127,6 +127,7 @@ def group_round_robin(num_clients: int, num_selected: int, shuffle: bool = False
     """
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
+    shuffle = validation.boolean("shuffle", shuffle)
     groups = -(-n // k)
     slots = jnp.arange(n)
 

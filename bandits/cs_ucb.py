@@ -86,7 +86,9 @@ def cs_ucb(num_clients: int, num_selected: int) -> Selector:
     the top-N of a sum surrogate of the bottleneck reward (the learning rule of Gai et
     al., LLR). Unavailable clients are never scheduled (the paper's ideal scenario has
     all clients available; a client missed during initialization keeps an infinite index
-    and is tried first).
+    and is tried first). Eq. 18's radius assumes rewards in [0, 1]: `update` refuses an
+    observed reward outside it (or NaN), at once when run eagerly, under `jax.jit` when wrapped in
+    `jax.experimental.checkify.checkify` (`validation.check_feedback`).
 
     Args:
       num_clients: K >= 1.
@@ -111,6 +113,7 @@ def cs_ucb(num_clients: int, num_selected: int) -> Selector:
 
     def update(state, decision, feedback):
         del decision
+        validation.check_feedback("cs_ucb", feedback, 0.0, 1.0)
         return state._replace(stats=arm_stats.update(state.stats, feedback))
 
     return Selector(init=init, select=select, update=update)
@@ -156,6 +159,9 @@ def cs_ucb_q(
     :math:`(1 - \beta) \hat y_k(t) + \beta D_k(t)` (eq. 28). The constant
     :math:`(1 - \beta)` is subtracted from every score (it does not change the choice,
     every feasible set having the same size) to keep float32 resolution when beta is tiny.
+    The truncation at 1 (eq. 26) assumes rewards in [0, 1]: `update` refuses an observed
+    reward outside it (or NaN), at once when run eagerly, under `jax.jit` when wrapped in
+    `jax.experimental.checkify.checkify` (`validation.check_feedback`).
 
     Args:
       num_clients: K >= 1.
@@ -179,12 +185,11 @@ def cs_ucb_q(
     k_all = validation.positive_int("num_clients", num_clients)
     n_sel = validation.num_selected(num_selected, k_all)
     weight = validation.float_in_range("beta", beta, 0.0, 1.0)
+    first_update = 1 if validation.boolean("queue_from_first_round", queue_from_first_round) else 2
     alpha = validation.probabilities("availability", availability, k_all)
-    c_arr = np.asarray(fairness, np.float64)
-    if c_arr.ndim == 0:
-        c_arr = np.full((k_all,), float(c_arr))
-    c = jnp.asarray(validation.check_fairness(c_arr, n_sel, alpha), jnp.float32)
-    first_update = 1 if queue_from_first_round else 2
+    if np.ndim(fairness) == 0:
+        fairness = np.full((k_all,), validation.real("fairness", fairness))
+    c = jnp.asarray(validation.check_fairness(fairness, n_sel, alpha), jnp.float32)
 
     def init(key):
         del key
@@ -205,6 +210,7 @@ def cs_ucb_q(
 
     def update(state, decision, feedback):
         del decision
+        validation.check_feedback("cs_ucb_q", feedback, 0.0, 1.0)
         return state._replace(stats=arm_stats.update(state.stats, feedback))
 
     return Selector(init=init, select=select, update=update)

@@ -131,6 +131,10 @@ def dfl_ccmab(
 ) -> Selector:
     """CC-MAB delay estimation and scheduling, run independently by every edge server.
 
+    `update` refuses an observed delay (`Feedback.latency`) that is negative, NaN or
+    infinite, at once when run eagerly, under `jax.jit` when wrapped in
+    `jax.experimental.checkify.checkify` (`validation.check_feedback`).
+
     Args:
       num_clients: K, a multiple of `num_servers`.
       num_selected: N, clients scheduled per server, 1 <= N <= K / S.
@@ -187,6 +191,7 @@ def dfl_ccmab(
 
     def update(state, decision, feedback):
         del decision
+        validation.check_feedback("dfl_ccmab", feedback, 0.0, field="latency")
         hit = (jnp.arange(num_cells) == state.grid_cell[:, None]) & feedback.observed[:, None]
         delay = jnp.where(feedback.observed, feedback.latency, 0.0)
         return state._replace(

@@ -15,7 +15,9 @@ def epsilon_greedy(num_clients: int, num_selected: int, epsilon: float = 0.1) ->
 
     The coin is tossed once per round (the cohort explores or exploits as a whole, as
     in the baseline of Chen et al., epsilon = 0.3). Clients never observed rank first
-    when exploiting.
+    when exploiting. `update` refuses a NaN or infinite reward of an observed client,
+    at once when run eagerly, under `jax.jit` when wrapped in
+    `jax.experimental.checkify.checkify` (`validation.check_feedback`).
 
     Args:
       num_clients: N >= 1.
@@ -43,6 +45,7 @@ def epsilon_greedy(num_clients: int, num_selected: int, epsilon: float = 0.1) ->
 
     def update(state, decision, feedback):
         del decision
+        validation.check_feedback("epsilon_greedy", feedback)
         return arm_stats.update(state, feedback)
 
     return Selector(init=init, select=select, update=update)

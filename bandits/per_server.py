@@ -61,7 +61,10 @@ def per_server_epsilon_greedy(
     smallest mean delay when the reward is the negative delay). The mean is over all of
     a client's observations, ignoring contexts; clients never observed rank first, so
     each is tried once; ties are broken at random. The paper fixes epsilon = 0.3 and
-    leaves the coin and initialisation open; these are the spec's readings.
+    leaves the coin and initialisation open; these are the spec's readings. `update`
+    refuses a NaN or infinite reward of an observed client, at once when run eagerly,
+    under `jax.jit` when wrapped in `jax.experimental.checkify.checkify`
+    (`validation.check_feedback`).
 
     Args:
       num_clients: K, a multiple of `num_servers`.
@@ -91,6 +94,7 @@ def per_server_epsilon_greedy(
 
     def update(state, decision, feedback):
         del decision
+        validation.check_feedback("per_server_epsilon_greedy", feedback)
         return arm_stats.update(state, feedback)
 
     return Selector(init=init, select=select, update=update)

@@ -95,6 +95,10 @@ def rbcs_f(
     :math:`c^\top\theta^*_n` (the Lyapunov oracle :math:`\pi'(V)` of eq. 39 with
     expected times; with `fairness=False`, the m fastest clients in expectation).
 
+    `update` refuses an observed exchange time (`Feedback.latency`) that is negative, NaN
+    or infinite, at once when run eagerly, under `jax.jit` when wrapped in
+    `jax.experimental.checkify.checkify` (`validation.check_feedback`).
+
     Args:
       num_clients: N >= 1.
       num_selected: m, 1 <= m <= N.
@@ -133,6 +137,8 @@ def rbcs_f(
     alpha = validation.float_in_range("exploration", exploration, 0.0, float("inf"))
     lam = validation.positive_float("ridge", ridge)
     d = validation.positive_int("context_dim", context_dim)
+    fairness = validation.boolean("fairness", fairness)
+    clip_at_zero = validation.boolean("clip_at_zero", clip_at_zero)
     if exploration_schedule not in EXPLORATION_SCHEDULES:
         raise ValueError(
             f"exploration_schedule must be one of {EXPLORATION_SCHEDULES}, "
@@ -175,6 +181,7 @@ def rbcs_f(
         return Decision(selected), state._replace(context=c)
 
     def update(state, decision, feedback):
+        validation.check_feedback("rbcs_f", feedback, 0.0, field="latency")
         x = decision.selected
         seen = x & feedback.observed
         c = state.context
@@ -226,7 +233,10 @@ def fedcs(
     \hat\theta_{t,n}`, the per-client ridge regression of RBCS-F (eqs. 17-18) on the
     observed exchange times, with no confidence width. The estimate starts at 0, so every
     available client qualifies until it has been observed. The paper's setting is the one
-    with the coefficients; this default only makes `fedcs(N, m)` a usable policy.
+    with the coefficients; this default only makes `fedcs(N, m)` a usable policy. Its
+    `update` refuses an observed exchange time that is negative, NaN or infinite,
+    at once when run eagerly, under `jax.jit` when wrapped in
+    `jax.experimental.checkify.checkify` (`validation.check_feedback`).
 
     Args:
       num_clients: N >= 1.
@@ -246,17 +256,16 @@ def fedcs(
     m = validation.num_selected(num_selected, n)
     deadline = validation.positive_float("deadline_s", deadline_s)
     lam = validation.positive_float("ridge", ridge)
+    cap_at_num_selected = validation.boolean("cap_at_num_selected", cap_at_num_selected)
     if known_coefficients is None:
         d = validation.positive_int("context_dim", context_dim)
         theta = None
     else:
-        theta_np = np.asarray(known_coefficients, np.float32)
-        if theta_np.ndim != 2:
-            raise ValueError(
-                f"known_coefficients must have shape (num_clients, d), got {theta_np.shape}."
-            )
+        shape = np.shape(known_coefficients)
+        if len(shape) != 2:
+            raise ValueError(f"known_coefficients must have shape (num_clients, d), got {shape}.")
         theta = jnp.asarray(
-            validation.array_in_range("known_coefficients", theta_np, (n, theta_np.shape[1]))
+            validation.array_in_range("known_coefficients", known_coefficients, (n, shape[1]))
         )
         d = theta.shape[1]
 
@@ -286,6 +295,7 @@ def fedcs(
     def update(state, decision, feedback):
         if theta is not None:
             return state
+        validation.check_feedback("fedcs", feedback, 0.0, field="latency")
         seen = decision.selected & feedback.observed
         tau = jnp.where(seen, feedback.latency, 0.0)
         return state._replace(

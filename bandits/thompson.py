@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bandits import arm_stats
 from fedjax_sel import ops, validation
@@ -29,6 +30,11 @@ def thompson(
 
     The k available clients of largest sample are selected.
 
+    `update` refuses rewards the posterior cannot take (NaN, or outside [0, 1] for
+    "beta", infinite for "gaussian") of observed clients: at once when run eagerly, and
+    under `jax.jit` when wrapped in `jax.experimental.checkify.checkify`
+    (`validation.check_feedback`; without checkify the check compiles to nothing).
+
     Args:
       num_clients: N >= 1.
       num_selected: cohort size k, 1 <= k <= N.
@@ -43,6 +49,7 @@ def thompson(
     if prior not in PRIORS:
         raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}.")
     v = validation.positive_float("prior_scale", prior_scale)
+    reward_range = (0.0, 1.0) if prior == "beta" else (-np.inf, np.inf)
 
     def init(key):
         del key
@@ -63,6 +70,7 @@ def thompson(
 
     def update(state, decision, feedback):
         del decision
+        validation.check_feedback("thompson", feedback, *reward_range)
         return arm_stats.update(state, feedback)
 
     return Selector(init=init, select=select, update=update)

@@ -18,7 +18,10 @@ def ucb(num_clients: int, num_selected: int, exploration: float = 1.5) -> Select
 
     where :math:`T_i` counts client i's observations and :math:`\alpha` is
     `exploration` (3/2 in CUCB, 2 in UCB1). A client never observed has an infinite
-    index; ties are broken uniformly at random.
+    index; ties are broken uniformly at random. The radius is CUCB's for rewards in [0, 1];
+    `update` accepts any finite reward and refuses NaN or infinity of an observed client,
+    at once when run eagerly, under `jax.jit` when wrapped in
+    `jax.experimental.checkify.checkify` (`validation.check_feedback`).
 
     Args:
       num_clients: N >= 1.
@@ -44,6 +47,7 @@ def ucb(num_clients: int, num_selected: int, exploration: float = 1.5) -> Select
 
     def update(state, decision, feedback):
         del decision
+        validation.check_feedback("ucb", feedback)
         return arm_stats.update(state, feedback)
 
     return Selector(init=init, select=select, update=update)

@@ -14,7 +14,7 @@ import time
 
 import bandits
 import fedjax_sel
-from fedjax_sel import envs
+from fedjax_sel import envs, validation
 
 
 class Progress:
@@ -55,25 +55,64 @@ def run(
     rounds_per_chunk: int | None = None,
     output_dir: str | None = None,
     progress=None,
+    env_options: dict | None = None,
+    policy_options: dict[str, dict] | None = None,
 ) -> fedjax_sel.Results:
     """Builds the environment and policies by name and runs the sweep.
 
+    `env_options` are the environment's parameters beyond the two sizes (e.g.
+    `{"num_servers": 4}` for dfl_delay), `policy_options` each policy's, by policy name.
     Under `output_dir` (if given) it checkpoints after every chunk, so an interrupted
     sweep resumes where it stopped when run again with the same arguments; once the
-    results and the regret figure are written the checkpoint is removed. Raises
-    ValueError on an unknown name or an invalid size, before anything runs.
+    results and the figure (cumulative regret, or cumulative reward for an environment
+    without an oracle) are written the checkpoint is removed. Raises ValueError on an
+    unknown name, an invalid size, seed or option, or an `output_dir` that cannot be a
+    directory, before anything runs or is written.
     """
     if not policies:
         raise ValueError("policies must name at least one policy.")
     if len(set(policies)) != len(policies):
         raise ValueError(f"policies must be distinct, got {policies}.")
-    environment = envs.make(env, num_clients, num_selected, availability=availability)
-    selectors = {name: bandits.make(name, num_clients, num_selected) for name in policies}
-    config = {"env": env, "num_selected": num_selected, "availability": availability}
-    checkpoint_dir = None
+    validation.num_selected(num_selected, validation.positive_int("num_clients", num_clients))
+    validation.positive_int("num_rounds", num_rounds)
+    validation.positive_int("num_trials", num_trials)
+    validation.seed("seed", seed)
     if output_dir:
-        os.makedirs(output_dir, exist_ok=True)
-        checkpoint_dir = os.path.join(output_dir, "checkpoint")
+        validation.output_dir("output_dir", output_dir)
+    env_options = dict(env_options or {})
+    policy_options = dict(policy_options or {})
+    unknown = sorted(set(policy_options) - set(policies))
+    if unknown:
+        raise ValueError(f"policy_options name policies not in the sweep: {unknown}.")
+    environment = _build(
+        envs.REGISTRY,
+        "env",
+        env,
+        num_clients,
+        num_selected,
+        {"availability": availability, **env_options},
+    )
+    selectors = {
+        name: _build(
+            bandits.REGISTRY, "policy", name, num_clients, num_selected, policy_options.get(name)
+        )
+        for name in policies
+    }
+    if environment.oracle is None:
+        privileged = [name for name, s in selectors.items() if s.privileged]
+        if privileged:
+            raise ValueError(
+                f"policies {privileged} play the environment's oracle, which environment "
+                f"{env!r} does not have with these options; drop them from policies."
+            )
+    config = {
+        "env": env,
+        "num_selected": num_selected,
+        "availability": availability,
+        "env_options": repr(sorted(env_options.items())),
+        "policy_options": repr(sorted((k, sorted(v.items())) for k, v in policy_options.items())),
+    }
+    checkpoint_dir = os.path.join(output_dir, "checkpoint") if output_dir else None
     results = fedjax_sel.simulate(
         selectors,
         environment,
@@ -87,7 +126,27 @@ def run(
         progress=progress,
     )
     if output_dir:
+        os.makedirs(output_dir, exist_ok=True)
         results.save(os.path.join(output_dir, "results"))
-        fedjax_sel.plot(results, "cumulative_regret", path=os.path.join(output_dir, "regret.png"))
-        shutil.rmtree(checkpoint_dir)
+        metric = "cumulative_regret" if environment.oracle is not None else "cumulative_reward"
+        fedjax_sel.plot(results, metric, path=os.path.join(output_dir, FIGURE[metric]))
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return results
+
+
+FIGURE = {"cumulative_regret": "regret.png", "cumulative_reward": "reward.png"}
+"""The figure `run` writes, by the metric it plots."""
+
+
+def _build(registry, flag: str, name: str, num_clients: int, num_selected: int, options):
+    """`registry.make(name, ...)`, its ValueError completed with what can be set and how."""
+    params = ", ".join(registry.parameters(name)) or "none"  # raises on an unknown name
+    try:
+        return registry.make(name, num_clients, num_selected, **(options or {}))
+    except ValueError as e:
+        how = "--env_option=NAME=VALUE" if flag == "env" else f"--policy_option={name}.NAME=VALUE"
+        raise ValueError(
+            f"{registry.kind} {name!r} cannot be built with num_clients={num_clients}, "
+            f"num_selected={num_selected} and options {options or {}}: {e} Its parameters: "
+            f"{params}; set them with {how} (launch.sweep) or {flag}_options (sweep.run)."
+        ) from None

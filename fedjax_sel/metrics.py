@@ -20,7 +20,7 @@ from typing import NamedTuple
 import chex
 import jax.numpy as jnp
 
-from fedjax_sel.ops import count_true
+from fedjax_sel.ops import count_true, double
 from fedjax_sel.types import Decision, RoundStats
 
 
@@ -149,50 +149,81 @@ class Running(NamedTuple):
     """Running per-trial totals of one trial.
 
     Attributes:
-      sums: f32[] each, the running sums of the `cumulative` metrics, in their order.
+      sums: f32[2] each, the running sums of the `cumulative` metrics, in their order, as
+        double-f32 numbers (hi, lo) summed without rounding error
+        (`ops.double.add`): an f32 sum of 1e5 rounds drifts by about 1e-4.
       counts: f32[N], how many rounds each client was selected in.
       largest_cohort: f32[], the most clients selected in one round.
+      invalid_rounds: f32[], rounds whose decision the environment does not accept
+        (`decision_violations`).
     """
 
     sums: tuple[chex.Array, ...]
     counts: chex.Array
     largest_cohort: chex.Array
+    invalid_rounds: chex.Array
 
 
 def init_running(metric_layout: Layout, num_clients: int) -> Running:
     zero = jnp.float32(0.0)
     return Running(
-        (zero,) * metric_layout.num_running_sums, jnp.zeros((num_clients,), jnp.float32), zero
+        (jnp.zeros((2,), jnp.float32),) * metric_layout.num_running_sums,
+        jnp.zeros((num_clients,), jnp.float32),
+        zero,
+        zero,
     )
 
 
+def decision_violations(
+    decision: Decision, available: chex.Array, num_selected: int | None
+) -> chex.Array:
+    """Whether a decision is one no environment accepts, bool[]: it schedules an
+    unavailable client, or more than `num_selected` clients (None: no cohort bound)."""
+    wrong = jnp.any(decision.selected & ~available)
+    if num_selected is not None:
+        wrong |= count_true(decision.selected) > num_selected
+    return wrong
+
+
 def round_values(
-    metric_layout: Layout, running: Running, stats: RoundStats, decision: Decision
+    metric_layout: Layout,
+    running: Running,
+    stats: RoundStats,
+    decision: Decision,
+    invalid: chex.Array,
 ) -> tuple[Running, chex.Array]:
     """Adds one round to the running totals of a trial; returns them and the round's
-    values of the curves, f32[len(metric_layout.curves)]."""
+    values of the curves as double-f32 numbers, f32[len(metric_layout.curves), 2] (the
+    running sums carry a low part; the others have lo = 0). `invalid` (bool[]) counts the
+    round as one whose decision the environment does not accept."""
     counts = running.counts + decision.selected.astype(jnp.float32)
     values, sums, new_sums = [], iter(running.sums), []
     for m in metric_layout.metrics:
         if m.per_round is None:
             continue
-        value = m.per_round(stats, decision, counts)
-        values.append(value)
+        value = jnp.asarray(m.per_round(stats, decision, counts), jnp.float32)
+        values.append(double.from_f32(value))
         if m.cumulative:
-            new_sums.append(next(sums) + value)
+            new_sums.append(double.add(next(sums), values[-1]))
             values.append(new_sums[-1])
-    values += [getattr(stats, name) for name in metric_layout.optional]
-    values += [stats.extras[name] for name in metric_layout.extras]
+    values += [double.from_f32(getattr(stats, name)) for name in metric_layout.optional]
+    values += [double.from_f32(stats.extras[name]) for name in metric_layout.extras]
     running = Running(
         tuple(new_sums),
         counts,
         jnp.maximum(running.largest_cohort, count_true(decision.selected).astype(jnp.float32)),
+        running.invalid_rounds + invalid.astype(jnp.float32),
     )
     return running, jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
 
 
 def trial_totals(metric_layout: Layout, running: Running, num_rounds: chex.Array) -> chex.Array:
-    """The per-trial totals after the last round, f32[..., len(metric_layout.totals)], of
-    running totals with any leading (trial) axes."""
-    finals = [m.final(running.counts, num_rounds) for m in metric_layout.metrics if m.final]
-    return jnp.stack(list(running.sums) + finals, -1)
+    """The per-trial totals after the last round as double-f32 numbers,
+    f32[..., len(metric_layout.totals), 2], of running totals with any leading (trial)
+    axes."""
+    finals = [
+        double.from_f32(m.final(running.counts, num_rounds))
+        for m in metric_layout.metrics
+        if m.final
+    ]
+    return jnp.stack(list(running.sums) + finals, -2)

@@ -147,6 +147,13 @@ class Env(NamedTuple):
         documents its own.
       num_selected: the largest cohort a decision may select (k), or None where any
         number is accepted; the runner refuses decisions above it.
+      feasible: `(env_state, round_input, decision, params) -> bool[]`, whether the
+        environment accepts the decision beyond the checks every environment makes (no
+        unavailable client, at most `num_selected`): per-server cohorts or budgets, say;
+        None where there are no further constraints. The runner refuses policies whose
+        decisions are not accepted. Whatever a decision it accepts, the environment
+        makes its expected reward at most the oracle's: each environment documents what
+        a cohort smaller than it could schedule is worth.
     """
 
     reset: Callable[..., EnvState]
@@ -156,6 +163,7 @@ class Env(NamedTuple):
     num_clients: int
     params: Any = None
     num_selected: int | None = None
+    feasible: Callable[..., Any] | None = None
 
     # Hashable (program caches key on the environment) although `params` holds arrays:
     # by the functions and sizes, `params` by identity.
@@ -167,6 +175,7 @@ class Env(NamedTuple):
             self.oracle,
             self.num_clients,
             self.num_selected,
+            self.feasible,
             id(self.params),
         )
 

@@ -1,30 +1,71 @@
 """Argument checks run in Python, before anything is traced.
 
 Every factory and the runner call these so that bad input fails at once with one clear
-message naming the argument and the allowed range.
+message naming the argument and the allowed range. Numbers are real numbers only: a
+string, a complex number, None or a bool where a number is expected is refused (even
+where Python would convert it), and so are infinity and NaN. Flags and switches are
+bools only (`boolean`), seeds integers in [0, 2^32) (`seed`).
+
+`check_feedback` is the one check that runs on traced values: policies call it in
+`update` on the rewards they are fed (see its docstring for the jitted `checkify` mode).
 """
 
 from __future__ import annotations
 
+import ast
 import numbers
+import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
+
+SEED_LIMIT = 2**32
+"""Seeds lie in [0, 2^32): a `jax.random.PRNGKey` keeps 32 bits of a larger one."""
+
+
+def _is_integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def real(name: str, value) -> float:
+    """Returns `value` as a float, or raises if it is not a real number (a Python or NumPy
+    int or float, or a 0-d real array); strings, complex numbers, None and bools are refused.
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return float(value)
+    dtype = getattr(value, "dtype", None)
+    if getattr(value, "shape", None) == () and dtype is not None and np.dtype(dtype).kind in "iuf":
+        return float(value)
+    raise ValueError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).")
+
+
+def boolean(name: str, value) -> bool:
+    """Returns `value` as a bool, or raises if it is not a bool (a string "no" is not False)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
+    return bool(value)
+
+
+def seed(name: str, value) -> int:
+    """Returns `value` as an int, or raises if it is not an integer in [0, 2^32).
+
+    A larger seed would be folded silently (2^32 + 1 draws as 1) or fail inside JAX.
+    """
+    return int_in_range(name, value, 0, SEED_LIMIT - 1)
 
 
 def positive_int(name: str, value) -> int:
     """Returns `value` as an int, or raises if it is not an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if not _is_integer(value) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
     return int(value)
 
 
 def int_in_range(name: str, value, low: int, high: int) -> int:
     """Returns `value` as an int, or raises if it is not an integer in [low, high]."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or not (low <= value <= high)
-    ):
+    if not _is_integer(value) or not (low <= value <= high):
         raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}.")
     return int(value)
 
@@ -37,12 +78,10 @@ def num_selected(value, num_clients: int, name: str = "num_selected") -> int:
 def float_in_range(name: str, value, low: float, high: float, *, low_open: bool = False) -> float:
     """Returns `value` as a finite float, or raises if it lies outside [low, high] (or (low, high]).
 
-    Infinity and NaN are refused even where `high` or `low` is infinite (an unbounded range).
+    Infinity and NaN are refused even where `high` or `low` is infinite (an unbounded range);
+    so is anything that is not a real number (`real`).
     """
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}.") from None
+    v = real(name, value)
     bad = (v <= low if low_open else v < low) or v > high or not np.isfinite(v)
     if bad:
         bracket = "(" if low_open else "["
@@ -62,14 +101,39 @@ def probability(name: str, value) -> float:
     return float_in_range(name, value, 0.0, 1.0)
 
 
+def real_interval(
+    name: str, value, low: float = -np.inf, high: float = np.inf, *, low_open: bool = False
+) -> tuple[float, float]:
+    """Returns `value`, a pair (a, b) of finite reals with low <= a <= b <= high, as floats.
+
+    Each end is checked as `float_in_range` checks a number and named `name[0]`, `name[1]`.
+    """
+    if isinstance(value, (str, bytes)) or np.shape(value) != (2,):
+        raise ValueError(f"{name} must be a pair (low, high), got {value!r}.")
+    a = float_in_range(f"{name}[0]", value[0], low, high, low_open=low_open)
+    b = float_in_range(f"{name}[1]", value[1], low, high, low_open=low_open)
+    if a > b:
+        raise ValueError(f"{name} must satisfy low <= high, got {value!r}.")
+    return a, b
+
+
 def array_in_range(
     name: str, value, shape: tuple[int, ...], low: float = -np.inf, high: float = np.inf
 ) -> np.ndarray:
-    """Returns `value` as a float32 array of `shape` with finite entries in [low, high]."""
+    """Returns `value` as a float32 array of `shape` with finite entries in [low, high].
+
+    Only integer and float entries are accepted: strings, complex numbers, None and bools
+    are refused.
+    """
     try:
-        arr = np.asarray(value, dtype=np.float32)
+        raw = np.asarray(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array of numbers, got {value!r}.") from None
+        raw = np.asarray(None)
+    if raw.dtype.kind not in "iuf":
+        raise ValueError(
+            f"{name} must be an array of real numbers, got {value!r} (dtype {raw.dtype})."
+        )
+    arr = raw.astype(np.float32)
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {arr.shape}.")
     if not np.all(np.isfinite(arr)) or np.any(arr < low) or np.any(arr > high):
@@ -82,10 +146,9 @@ def array_in_range(
 
 def probabilities(name: str, value, num_clients: int) -> np.ndarray:
     """A scalar probability broadcast to f32[N], or an f32[N] of probabilities."""
-    arr = np.asarray(value, dtype=np.float32)
-    if arr.ndim == 0:
-        arr = np.full((num_clients,), arr, np.float32)
-    return array_in_range(name, arr, (num_clients,), 0.0, 1.0)
+    if np.ndim(value) == 0:
+        value = np.full((num_clients,), real(name, value), np.float32)
+    return array_in_range(name, value, (num_clients,), 0.0, 1.0)
 
 
 def group_size(num_clients: int, num_groups, name: str = "num_servers") -> int:
@@ -173,3 +236,124 @@ def require(value, field: str, *, policy: str):
             f"provide (it is None); use an environment that fills it."
         )
     return value
+
+
+def output_dir(name: str, path) -> str:
+    """Returns `path`, or raises if it cannot be a directory to write into.
+
+    It must be a non-empty path that is an existing directory or can be created as one:
+    neither it nor any of its existing ancestors may be a file. Nothing is created.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{name} must be a non-empty path, got {path!r}.")
+    path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(
+            f"{name}={path!r} is an existing file, not a directory: remove it or choose "
+            f"another {name}."
+        )
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ValueError(
+            f"{name}={path!r} lies under {ancestor!r}, which is a file, not a directory: "
+            f"choose another {name}."
+        )
+    return path
+
+
+def output_file(name: str, path) -> str:
+    """Returns `path`, or raises if a file cannot be written there (it is a directory, or
+    its directory cannot be created: `output_dir`). Nothing is created."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{name} must be a non-empty path, got {path!r}.")
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(
+            f"{name}={path!r} is a directory; name a file to write, e.g. {name}="
+            f"{os.path.join(path, 'out.json')!r}."
+        )
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(ancestor):
+        if os.path.exists(ancestor):
+            raise ValueError(
+                f"{name}={path!r} lies under {ancestor!r}, which is a file, not a directory: "
+                f"choose another {name}."
+            )
+        ancestor = os.path.dirname(ancestor)
+    return path
+
+
+def options(name: str, items) -> dict[str, object]:
+    """Parses `key=value` strings (a command line's options) into a dict.
+
+    Values are Python literals (`3`, `0.5`, `(1.0, 2.0)`, `'uniform'`, `True`); a value
+    that is not one is kept as the string.
+
+    Raises:
+      ValueError: an item is not `key=value` with an identifier key, or repeats a key.
+    """
+    parsed: dict[str, object] = {}
+    for item in items or ():
+        key, sep, text = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ValueError(f"{name} items must be key=value, got {item!r}.")
+        if key in parsed:
+            raise ValueError(f"{name} sets {key!r} twice.")
+        try:
+            parsed[key] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            parsed[key] = text.strip()
+    return parsed
+
+
+def check_feedback(
+    policy: str, feedback, low: float = -np.inf, high: float = np.inf, field: str = "reward"
+) -> None:
+    r"""Checks that the observed clients' `feedback.<field>` is finite and in [low, high].
+
+    A policy calls it first thing in `update`, with the range its estimates assume (Beta
+    posteriors: [0, 1]; empirical means: finite), since one NaN or out-of-range value
+    would poison its state for the rest of the run. Values of unobserved clients are
+    ignored (they are undefined, `Feedback`).
+
+    - Eager use (concrete arrays): raises at once.
+    - Traced (under `jit`, `vmap`, `scan`, the runner): emits
+      `jax.experimental.checkify.debug_check`, which compiles to nothing, so the runner's
+      program and results are unchanged. To check a jitted loop, wrap it in
+      `checkify.checkify` (the cheap check mode) and read the error:
+
+          err, state = jax.jit(checkify.checkify(policy.update))(state, decision, feedback)
+          err.throw()
+
+    Args:
+      policy: the policy's name, for the message.
+      feedback: a `Feedback`, with `observed` bool[N] and `field` f32[N].
+      low: the smallest value the policy accepts (-inf: any finite value).
+      high: the largest value the policy accepts (inf: any finite value).
+      field: the `Feedback` field checked ("reward", or "latency" for latency policies).
+
+    Raises:
+      ValueError: eagerly, naming the policy, the range and the first offending client.
+    """
+    value, observed = getattr(feedback, field), feedback.observed
+    allowed = "finite" if np.isinf(low) and np.isinf(high) else f"finite and in [{low}, {high}]"
+    if isinstance(value, jax.core.Tracer) or isinstance(observed, jax.core.Tracer):
+        ok = jnp.isfinite(value) & (value >= low) & (value <= high)
+        checkify.debug_check(
+            jnp.all(ok | ~observed),
+            f"policy {policy!r} assumes Feedback.{field} {allowed} for observed clients",
+        )
+        return
+    value, observed = np.asarray(value), np.asarray(observed, bool)
+    with np.errstate(invalid="ignore"):
+        bad = observed & ~(np.isfinite(value) & (value >= low) & (value <= high))
+    if np.any(bad):
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"policy {policy!r} assumes Feedback.{field} {allowed} for observed clients; "
+            f"got {float(value[first])} at client index {first} ({int(bad.sum())} such "
+            f"values). Rescale the values or pick a policy without this assumption."
+        )

@@ -34,6 +34,7 @@ from absl import app, flags
 
 import fedjax_sel
 from experiments import bench, reference
+from fedjax_sel import validation
 
 
 def _define_flags() -> None:
@@ -84,18 +85,36 @@ def _define_flags() -> None:
     flags.DEFINE_string("output", "out/bench/bench.json", "Where the JSON goes.")
 
 
+def _sizes(flag: str, values: list[str]) -> list[int]:
+    """The integers >= 1 of a comma-separated size flag."""
+    try:
+        sizes = [int(v) for v in values]
+    except ValueError:
+        raise ValueError(f"--{flag} must be integers >= 1, got {','.join(values)!r}.") from None
+    if not sizes:
+        raise ValueError(f"--{flag} must name at least one size.")
+    return [validation.positive_int(f"--{flag}", v) for v in sizes]
+
+
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
     f = flags.FLAGS
+    try:
+        num_clients = _sizes("num_clients", f.num_clients)
+        num_trials = _sizes("num_trials", f.num_trials)
+        validation.seed("--seed", f.seed)
+        validation.output_file("--output", f.output)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     if f.prng_impl is not None:
         jax.config.update("jax_default_prng_impl", f.prng_impl)
     try:
-        ints = lambda values: [int(v) for v in values]
         results = bench.run_suite(
             policies=f.policies,
-            num_clients=ints(f.num_clients),
-            num_trials=ints(f.num_trials),
+            num_clients=num_clients,
+            num_trials=num_trials,
             num_rounds=f.num_rounds,
             repeats=f.repeats,
             reference_trials=f.reference_trials,

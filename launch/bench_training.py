@@ -21,11 +21,12 @@ is excluded (one warm-up round each).
 from __future__ import annotations
 
 import json
+import os
 
 from absl import app, flags
 
 from experiments.training_benchmark import benchmark
-from fedjax_sel import threefry_cpu
+from fedjax_sel import threefry_cpu, validation
 
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", 8, "N clients.")
 _NUM_SELECTED = flags.DEFINE_integer("num_selected", 2, "k clients per round.")
@@ -40,22 +41,36 @@ _OUTPUT = flags.DEFINE_string("output", None, "Write the numbers to this JSON fi
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        n = validation.positive_int("--num_clients", _NUM_CLIENTS.value)
+        validation.num_selected(_NUM_SELECTED.value, n, "--num_selected")
+        for flag in (_NUM_TRIALS, _NUM_ROUNDS, _EXAMPLES, _FEATURES, _BATCH, _MAP_BATCH):
+            validation.positive_int(f"--{flag.name}", flag.value)
+        if _OUTPUT.value:
+            validation.output_file("--output", _OUTPUT.value)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     # Both sides draw their minibatches through the same (straight-line) threefry.
     threefry_cpu.register()
-    numbers = benchmark(
-        _NUM_CLIENTS.value,
-        _NUM_SELECTED.value,
-        _NUM_TRIALS.value,
-        _NUM_ROUNDS.value,
-        _EXAMPLES.value,
-        _FEATURES.value,
-        _MODEL.value,
-        _BATCH.value,
-        _MAP_BATCH.value,
-    )
+    try:
+        numbers = benchmark(
+            _NUM_CLIENTS.value,
+            _NUM_SELECTED.value,
+            _NUM_TRIALS.value,
+            _NUM_ROUNDS.value,
+            _EXAMPLES.value,
+            _FEATURES.value,
+            _MODEL.value,
+            _BATCH.value,
+            _MAP_BATCH.value,
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     print(json.dumps(numbers, indent=1))
     if _OUTPUT.value:
+        os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)), exist_ok=True)
         with open(_OUTPUT.value, "w") as f:
             json.dump(numbers, f, indent=1)
 

@@ -20,6 +20,7 @@ from absl import app, flags
 import bandits
 import fedjax_sel
 from experiments import bench
+from fedjax_sel import validation
 
 _POLICY = flags.DEFINE_enum("policy", "ucb", sorted(bandits.REGISTRY), "Policy to run.")
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", 10000, "N.", lower_bound=10)
@@ -39,17 +40,27 @@ _OUTPUT = flags.DEFINE_string("output", "out/bench/memory.json", "Where the JSON
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        validation.seed("--seed", _SEED.value)
+        validation.output_file("--output", _OUTPUT.value)
+        if _CHECKPOINT_DIR.value is not None:
+            validation.output_dir("--checkpoint_dir", _CHECKPOINT_DIR.value)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     fedjax_sel.configure_cpu()
-    report = bench.memory_run(
-        _POLICY.value,
-        num_clients=_NUM_CLIENTS.value,
-        num_trials=_NUM_TRIALS.value,
-        num_rounds=_NUM_ROUNDS.value,
-        memory_budget_bytes=_BUDGET.value,
-        rounds_per_chunk=_ROUNDS_PER_CHUNK.value,
-        checkpoint_dir=_CHECKPOINT_DIR.value,
-        seed=_SEED.value,
-    )
+    try:
+        report = bench.memory_run(
+            _POLICY.value,
+            num_clients=_NUM_CLIENTS.value,
+            num_trials=_NUM_TRIALS.value,
+            num_rounds=_NUM_ROUNDS.value,
+            memory_budget_bytes=_BUDGET.value,
+            rounds_per_chunk=_ROUNDS_PER_CHUNK.value,
+            checkpoint_dir=_CHECKPOINT_DIR.value,
+            seed=_SEED.value,
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     if os.path.dirname(_OUTPUT.value):
         os.makedirs(os.path.dirname(_OUTPUT.value), exist_ok=True)
     with open(_OUTPUT.value, "w") as f:

@@ -4,10 +4,19 @@ r"""Monte Carlo sweep of selection policies on one environment.
   python -m launch.sweep --env=bernoulli --policies=ucb,thompson,random \
       --num_clients=1000 --num_selected=100 --num_rounds=5000 --num_trials=1000
   python -m launch.sweep --flagfile=launch/flagfiles/sweep_default.cfg
+  python -m launch.sweep --env=dfl_delay --num_clients=30 --num_selected=2 \
+      --env_option=num_servers=3 --policies=dfl_ccmab,per_server_random \
+      --policy_option=dfl_ccmab.horizon=1000 --num_rounds=1000
+
+Parameters of the environment and the policies beyond the two sizes are set with
+`--env_option=NAME=VALUE` and `--policy_option=POLICY.NAME=VALUE` (repeatable; VALUE a
+Python literal). Every bad flag is a usage error naming it, raised before anything runs
+or is written.
 
 Prints progress while it runs and a table at the end (final cumulative regret, mean and
 95% interval over trials, per policy, with the other headline metrics); writes
-`results.npz`/`results.json`, `regret.png` and a resumable checkpoint to `--output_dir`.
+`results.npz`/`results.json`, `regret.png` (`reward.png` for an environment without an
+oracle) and a resumable checkpoint to `--output_dir`.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from absl import app, flags
 
 import fedjax_sel
 from experiments import sweep
+from fedjax_sel import validation
 
 _ENV = flags.DEFINE_string("env", "bernoulli", "Environment name (fedjax_sel.envs.REGISTRY).")
 _POLICIES = flags.DEFINE_list(
@@ -40,15 +50,32 @@ _ROUNDS_PER_CHUNK = flags.DEFINE_integer(
     "rounds_per_chunk", None, "Rounds per compiled call (progress, checkpoints); default T/10."
 )
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "out/sweep", "Where results and figures go.")
+_ENV_OPTIONS = flags.DEFINE_multi_string(
+    "env_option", [], "NAME=VALUE, a parameter of the environment (repeatable)."
+)
+_POLICY_OPTIONS = flags.DEFINE_multi_string(
+    "policy_option", [], "POLICY.NAME=VALUE, a parameter of one policy (repeatable)."
+)
+
+
+def policy_options(items: list[str]) -> dict[str, dict]:
+    """`--policy_option` values `POLICY.NAME=VALUE`, as {policy: {name: value}}."""
+    by_policy: dict[str, list[str]] = {}
+    for item in items:
+        policy, dot, option = item.partition(".")
+        if not dot or "=" in policy:
+            raise ValueError(f"--policy_option must be POLICY.NAME=VALUE, got {item!r}.")
+        by_policy.setdefault(policy, []).append(option)
+    return {p: validation.options(f"--policy_option {p}", o) for p, o in by_policy.items()}
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
-    rounds_per_chunk = _ROUNDS_PER_CHUNK.value or max(1, _NUM_ROUNDS.value // 10)
-    if _ROUNDS_PER_CHUNK.value is None and _NUM_ROUNDS.value >= 1:
-        rounds_per_chunk = min(rounds_per_chunk, _NUM_ROUNDS.value)
+    rounds_per_chunk = _ROUNDS_PER_CHUNK.value
+    if rounds_per_chunk is None:
+        rounds_per_chunk = max(1, min(_NUM_ROUNDS.value // 10, _NUM_ROUNDS.value))
     start = time.perf_counter()
     print(
         f"sweep: env={_ENV.value} N={_NUM_CLIENTS.value} k={_NUM_SELECTED.value} "
@@ -56,6 +83,8 @@ def main(argv):
         flush=True,
     )
     try:
+        env_options = validation.options("--env_option", _ENV_OPTIONS.value)
+        options = policy_options(_POLICY_OPTIONS.value)
         results = sweep.run(
             env=_ENV.value,
             policies=_POLICIES.value,
@@ -69,6 +98,8 @@ def main(argv):
             rounds_per_chunk=rounds_per_chunk,
             output_dir=_OUTPUT_DIR.value,
             progress=sweep.Progress(),
+            env_options=env_options,
+            policy_options=options,
         )
     except ValueError as e:
         raise app.UsageError(str(e)) from None
@@ -76,7 +107,7 @@ def main(argv):
     print(f"After {results.num_rounds} rounds, mean over {results.num_trials} trials +- 95% CI:")
     print(results.table())
     print()
-    print(f"wrote {_OUTPUT_DIR.value}/results.npz, results.json, regret.png")
+    print(f"wrote {_OUTPUT_DIR.value}/results.npz, results.json and the figure")
     print(f"total time {time.perf_counter() - start:.1f} s")
 
 

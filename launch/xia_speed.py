@@ -29,11 +29,15 @@ _PRESET = flags.DEFINE_enum("preset", "literal", sorted(PRESETS), "Deadline pres
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
-    numbers = bench.xia_speed(
-        _NUM_TRIALS.value, _NUM_ROUNDS.value, _PRESET.value, _CHUNK.value, _NUMPY_TRIALS.value
-    )
+    try:
+        numbers = bench.xia_speed(
+            _NUM_TRIALS.value, _NUM_ROUNDS.value, _PRESET.value, _CHUNK.value, _NUMPY_TRIALS.value
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     print(json.dumps(numbers))
 
 

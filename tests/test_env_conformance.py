@@ -210,3 +210,69 @@ def test_the_lazy_training_factory_survives_an_import_of_its_module():
 
     assert envs.training is module.training and callable(envs.training)
     assert envs.TrainingState is module.TrainingState
+
+
+def _random_accepted_regrets(env: Env, key, num_decisions=64):
+    """Pseudo-regrets f32[ROUNDS, num_decisions] of random decisions of every size from 0 to
+    the cohort (random subsets of the available clients), and whether the environment
+    accepts each (`Env.feasible`), over ROUNDS rounds of one trial."""
+    cohort = env.num_selected or N
+    state = env.reset(key)
+    regrets, accepted = [], []
+    for t in range(1, ROUNDS + 1):
+        obs_key, step_key, decision_key = jax.random.split(jax.random.fold_in(key, t), 3)
+        inp = env.observe(state, t, obs_key)
+
+        def one(k, state, inp, step_key):
+            size_key, order_key = jax.random.split(k)
+            size = jax.random.randint(size_key, (), 0, cohort + 1)
+            scores = jnp.where(inp.available, jax.random.uniform(order_key, (N,)), -1.0)
+            rank = jnp.argsort(jnp.argsort(-scores))
+            decision = Decision(inp.available & (rank < size))
+            _, _, stats = env.step(state, inp, decision, step_key)
+            ok = True if env.feasible is None else env.feasible(state, inp, decision)
+            return stats.oracle_reward - stats.expected_reward, ok
+
+        r, ok = jax.vmap(one, in_axes=(0, None, None, None))(
+            jax.random.split(decision_key, num_decisions), state, inp, step_key
+        )
+        regrets.append(r)
+        accepted.append(jnp.broadcast_to(ok, r.shape))
+        _, state, _ = env.step(state, inp, env.oracle(state, inp), step_key)
+    return jnp.stack(regrets), jnp.stack(accepted)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "training"])
+def test_no_accepted_decision_beats_the_oracle(name):
+    """Any decision the runner accepts, short and empty cohorts included, has pseudo-regret
+    >= 0 (up to f32 rounding of the values compared)."""
+    # Negative means too, where the family has them: empty slots are then worth less than 0.
+    extra = {"means_range": (-1.0, 1.0)} if name == "gaussian" else {}
+    env = envs.make(name, N, K, availability=0.7, **extra)
+    keys = jax.random.split(jax.random.PRNGKey(11), TRIALS)
+    regrets, accepted = jax.jit(jax.vmap(lambda k: _random_accepted_regrets(env, k)))(keys)
+    regrets, accepted = np.asarray(regrets), np.asarray(accepted)
+    assert accepted.mean() > 0.2  # the property is tested on many decisions
+    assert regrets[accepted].min() >= -1e-6 * max(1.0, np.abs(regrets).max())
+
+
+def test_a_short_cohort_is_charged_its_empty_slots():
+    """Hand-worked: wireless latency rates an empty cohort 0 (a client at the deadline),
+    Gaussian arms with a negative mean charge an empty slot that mean."""
+    env = envs.wireless_latency(4, 2)
+    state = env.reset(jax.random.PRNGKey(0))
+    inp = env.observe(state, 1, jax.random.PRNGKey(1))
+    empty = Decision(jnp.zeros(4, bool))
+    _, _, stats = env.step(state, inp, empty, jax.random.PRNGKey(2))
+    assert float(stats.expected_reward) == 0.0 and float(stats.reward) == 0.0
+    assert float(stats.oracle_reward) > 0.0
+
+    means = jnp.array([0.5, -0.25, -1.0, 0.75])
+    env = envs.gaussian(4, 3, means=means)
+    state = env.reset(jax.random.PRNGKey(0))
+    inp = env.observe(state, 1, jax.random.PRNGKey(1))
+    one = Decision(jnp.array([False, False, False, True]))
+    _, _, stats = env.step(state, inp, one, jax.random.PRNGKey(2))
+    # 0.75 plus two empty slots at the lowest mean, -1.0; the oracle has 0.75 + 0.5 - 0.25.
+    assert float(stats.expected_reward) == 0.75 - 2.0
+    assert float(stats.oracle_reward) == 1.0

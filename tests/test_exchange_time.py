@@ -74,9 +74,18 @@ def test_exchange_times_and_round_time(draws):
     assert abs(ratio.mean() - 1.0) < 4 * np.sqrt(1.0 / 3.0 / ratio.size)
     sel = np.asarray(selected)
     np.testing.assert_array_equal(stats.latency, np.asarray(feedback.latency)[:, sel].max(1))
-    np.testing.assert_allclose(stats.expected_reward, -expected[:, sel].max(1), rtol=1e-6)
-    # The oracle: the min(m, available) available clients of smallest expected time.
+    # Five clients where min(m, |A|) > 5 slots could be filled: the empty slots count as
+    # the slowest available client (envs.cohort), in the expected and realised reward.
     avail = np.asarray(inp.available)
+    short = np.minimum(avail.sum(1), M) > sel.sum()
+    charged = sel | (short[:, None] & avail)
+    assert short.mean() > 0.99
+    np.testing.assert_allclose(
+        stats.expected_reward, -np.where(charged, expected, 0.0).max(1), rtol=1e-6
+    )
+    tau = np.asarray(feedback.latency)
+    np.testing.assert_allclose(stats.reward, -np.where(charged, tau, 0.0).max(1), rtol=1e-6)
+    # The oracle: the min(m, available) available clients of smallest expected time.
     masked = np.where(avail, expected, np.inf)
     kth = np.sort(masked, axis=1)[:, M - 1 : M]
     np.testing.assert_array_equal(oracle, avail & (masked <= kth))

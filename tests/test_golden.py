@@ -1,5 +1,8 @@
 """Golden results: the selections and metrics of fixed-seed runs, recorded from the code
-before the selection ops moved to `fedjax_sel.ops`, must not change.
+before the selection ops moved to `fedjax_sel.ops`, must not change. One documented change
+since: FedCS(3) on `exchange_time` selects fewer than m clients in some rounds, and the
+empty slots are now charged as the slowest available client (`envs.cohort`), so its
+reward and regret entries were re-recorded; every other entry is the original.
 
 Selections (which clients, how often) are compared exactly; floating-point metrics to a
 relative 1e-6, since a processor with other vector widths may sum a trial's clients in

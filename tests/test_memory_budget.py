@@ -11,16 +11,23 @@ from fedjax_sel import envs, runner
 N, K = 10, 2
 
 
+def kept_bytes(num_rounds, num_trials):
+    """What a run keeps whatever the chunking: double-f32 sums of x and x^2 of 12 metrics
+    per round, and 7 double-f32 totals per trial."""
+    return num_rounds * 12 * 2 * 8 + num_trials * 7 * 8
+
+
 def test_trial_memory_bytes_by_hand():
     # Bernoulli env state (means f32[N], the oracle's value f32[]; Bernoulli availability
-    # keeps no state) = 4N + 4 bytes, UCB state (counts, sums) 8N, running totals 4N + 6
-    # scalars (5 sums and the largest cohort): the carry is 16N + 28 bytes. A round
+    # keeps no state) = 4N + 4 bytes, UCB state (counts, sums) 8N, running totals 4N + 12
+    # scalars (5 double-f32 sums, the largest cohort, the invalid rounds): the carry is
+    # 16N + 52 bytes. A round
     # materialises t (4) + available (N), the decision (N), the new UCB state (8N), and
     # the step's feedback (observed N, reward 4N, latency 4N, success N), env state
     # (4N + 4) and 5 f32 statistics (20): 24N + 28 bytes.
     # Estimate: 2 * carry + 2 * round.
     env, ucb = envs.bernoulli(N, K), bandits.ucb(N, K)
-    assert runner.trial_memory_bytes(env, ucb) == 2 * (16 * N + 28) + 2 * (24 * N + 28)
+    assert runner.trial_memory_bytes(env, ucb) == 2 * (16 * N + 52) + 2 * (24 * N + 28)
 
 
 def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_trials():
@@ -28,10 +35,8 @@ def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_tri
     policies = {"ucb": bandits.ucb(N, K), "random": bandits.random(N, K)}
     per_trial = runner.trial_memory_bytes(env, policies["ucb"])  # the larger of the two
     assert per_trial > runner.trial_memory_bytes(env, policies["random"])
-    # Kept whatever the chunking: f32 sums of 12 metrics x 2 moments x 5 rounds, and
-    # 7 f32 totals x 64 trials.
-    fixed = 5 * 12 * 2 * 4 + 64 * 7 * 4
-    for budget, expected in ((5_000, 2), (10_000, 8), (50_000, 32), (200_000, 64)):
+    fixed = kept_bytes(5, 64)
+    for budget, expected in ((6_600, 2), (13_000, 8), (40_000, 32), (200_000, 64)):
         chunk = runner.trials_per_chunk_for_budget(policies, env, 5, 64, budget)
         assert chunk == expected
         assert fixed + per_trial * chunk <= budget  # the chunk fits ...
@@ -61,7 +66,7 @@ def test_chunk_pads_the_trials_least(num_trials, fits, expected):
     env = envs.bernoulli(N, K)
     policies = {"ucb": bandits.ucb(N, K)}
     per_trial = runner.trial_memory_bytes(env, policies["ucb"])
-    fixed = 5 * 12 * 2 * 4 + num_trials * 7 * 4
+    fixed = kept_bytes(5, num_trials)
     budget = fixed + per_trial * fits  # fits `fits` trials, not twice as many
     chunk = runner.trials_per_chunk_for_budget(policies, env, 5, num_trials, budget)
     assert chunk == expected
@@ -71,7 +76,7 @@ def test_results_equal_the_unchunked_run():
     env = envs.bernoulli(N, K)
     sel = bandits.ucb(N, K)
     per_trial = runner.trial_memory_bytes(env, sel)
-    fixed = 6 * 12 * 2 * 4 + 7 * 7 * 4  # curves of 6 rounds, totals of 7 trials
+    fixed = kept_bytes(6, 7)
     budget = fixed + 3 * per_trial  # room for 2 trials (a power of two), not 4
     chunked = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None, memory_budget_bytes=budget)
     whole = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None)
@@ -134,7 +139,7 @@ def test_cpu_chunk_is_the_default_on_cpu(monkeypatch):
     default = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None)
     assert default.config["trials_per_chunk"] == 4
     per_trial = runner.trial_memory_bytes(env, sel)
-    budget = 6 * 12 * 2 * 4 + 7 * 7 * 4 + 3 * per_trial
+    budget = kept_bytes(6, 7) + 3 * per_trial
     small = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None, memory_budget_bytes=budget)
     assert small.config["trials_per_chunk"] == 2
     given = fedjax_sel.simulate(sel, env, 6, 7, seed=1, progress=None, trials_per_chunk=8)

@@ -1,6 +1,8 @@
 """The runner: reproducibility, chunking, checkpoints, common random numbers, devices."""
 
+import errno
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,7 +15,7 @@ import pytest
 import bandits
 import fedjax_sel
 from fedjax_sel import envs, runner
-from fedjax_sel.runner import tree_sum
+from fedjax_sel.runner import fingerprint, programs, tree_sum
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N, K = 6, 2
@@ -123,8 +125,154 @@ def test_checkpoint_resume_equals_uninterrupted(reference, tmp_path):
 
 def test_checkpoint_from_another_configuration_is_refused(tmp_path):
     _run(num_rounds=5, checkpoint_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="different configuration .*num_rounds"):
+    with pytest.raises(ValueError, match="holds a different run.*differs in num_rounds"):
         _run(num_rounds=6, checkpoint_dir=str(tmp_path))
+
+
+def _one(policy, env, path, **kwargs):
+    return fedjax_sel.simulate(
+        {"p": policy}, env, 6, 4, seed=1, checkpoint_dir=str(path), progress=None, **kwargs
+    )
+
+
+# Each kind of change between the run that wrote a checkpoint and the run that finds it:
+# (first run's policy and environment, second run's, what the refusal names).
+STALE = {
+    "environment arrays": (
+        lambda: (bandits.ucb(N, K), envs.bernoulli(N, K, means=np.linspace(0.1, 0.9, N))),
+        lambda: (bandits.ucb(N, K), envs.bernoulli(N, K, means=np.linspace(0.2, 0.8, N))),
+        "environment_fingerprint",
+    ),
+    "environment parameters": (
+        lambda: (bandits.ucb(N, K), envs.bernoulli(N, K, availability=0.9)),
+        lambda: (bandits.ucb(N, K), envs.bernoulli(N, K, availability=0.8)),
+        "environment_fingerprint",
+    ),
+    "policy hyper-parameter": (
+        lambda: (bandits.epsilon_greedy(N, K, epsilon=0.0), envs.bernoulli(N, K)),
+        lambda: (bandits.epsilon_greedy(N, K, epsilon=1.0), envs.bernoulli(N, K)),
+        "policy_fingerprint",
+    ),
+    "policy factory": (
+        lambda: (bandits.ucb(N, K), envs.bernoulli(N, K)),
+        lambda: (bandits.thompson(N, K), envs.bernoulli(N, K)),
+        "policy_fingerprint",
+    ),
+}
+
+
+@pytest.mark.parametrize("change", sorted(STALE))
+def test_a_stale_checkpoint_is_refused_naming_what_differs(change, tmp_path):
+    first, second, field = STALE[change]
+    _one(*first(), tmp_path)
+    with pytest.raises(ValueError, match=rf"holds a different run.*differs in .*{field}"):
+        _one(*second(), tmp_path)
+    _one(*first(), tmp_path)  # the same run still resumes
+
+
+def test_a_checkpoint_file_copied_from_another_policy_is_refused(tmp_path):
+    env = envs.bernoulli(N, K)
+    fedjax_sel.simulate(
+        {"a": bandits.ucb(N, K), "b": bandits.thompson(N, K)},
+        env,
+        6,
+        4,
+        checkpoint_dir=str(tmp_path),
+        progress=None,
+    )
+    os.replace(tmp_path / "policy_a.npz", tmp_path / "policy_b.npz")
+    with pytest.raises(ValueError, match=r"policy_b.npz.*differs in policy: .*policy_fingerprint"):
+        fedjax_sel.simulate(
+            {"b": bandits.thompson(N, K)}, env, 6, 4, checkpoint_dir=str(tmp_path), progress=None
+        )
+
+
+def _first_chunk_checkpoint(path):
+    """Writes the checkpoint of an interrupted run of `_run` under `path`."""
+
+    def stop(policy, done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _run(trials_per_chunk=4, rounds_per_chunk=9, checkpoint_dir=str(path), progress=stop)
+    return path / "policy_ucb.npz"
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: b[: len(b) // 2], "cannot be read"),  # truncated
+        (lambda b: b"\x00" * 64 + b[64:], "cannot be read"),  # corrupt
+        (lambda b: b"not a checkpoint", "cannot be read"),  # foreign bytes
+        (None, "holds no identity"),  # a foreign .npz
+    ],
+)
+def test_a_damaged_or_foreign_checkpoint_is_named_and_never_resumed(damage, message, tmp_path):
+    path = _first_chunk_checkpoint(tmp_path)
+    if damage is None:
+        np.savez(path, chunk=np.int64(1))
+    else:
+        path.write_bytes(damage(path.read_bytes()))
+    calls = []
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}.*{message}.*delete"):
+        _run(
+            trials_per_chunk=4,
+            rounds_per_chunk=9,
+            checkpoint_dir=str(tmp_path),
+            progress=calls.append,
+        )
+    assert calls == []  # refused before anything ran
+
+
+def test_a_partially_written_checkpoint_leaves_the_last_one_to_resume(reference, tmp_path):
+    path = _first_chunk_checkpoint(tmp_path)
+    # A save killed midway leaves only its temporary file, which a resume ignores.
+    (tmp_path / "policy_ucb.npz.tmp.npz").write_bytes(path.read_bytes()[:100])
+    _assert_identical(
+        reference, _run(trials_per_chunk=4, rounds_per_chunk=9, checkpoint_dir=str(tmp_path))
+    )
+
+
+def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(tmp_path, monkeypatch):
+    path = _first_chunk_checkpoint(tmp_path)
+    before = path.read_bytes()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(OSError, match=rf"{re.escape(str(path))}.*No space left.*intact"):
+        _run(trials_per_chunk=4, rounds_per_chunk=9, checkpoint_dir=str(tmp_path))
+    assert path.read_bytes() == before
+    assert not os.path.exists(str(path) + ".tmp.npz")
+
+
+def test_fingerprints_are_the_same_in_another_process():
+    script = textwrap.dedent(
+        """
+        import numpy as np, bandits
+        from fedjax_sel import envs
+        from fedjax_sel.runner import fingerprint, programs
+        keys = programs.keys(0)
+        for env, sel in [
+            (envs.bernoulli(6, 2, means=np.linspace(0.1, 0.9, 6)), bandits.epsilon_greedy(6, 2)),
+            (envs.wireless_latency(6, 2), bandits.cs_ucb(6, 2)),
+        ]:
+            print(fingerprint.environment(env, keys), fingerprint.policy(sel, env, keys))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    keys = programs.keys(0)
+    here = []
+    for env, sel in [
+        (envs.bernoulli(6, 2, means=np.linspace(0.1, 0.9, 6)), bandits.epsilon_greedy(6, 2)),
+        (envs.wireless_latency(6, 2), bandits.cs_ucb(6, 2)),
+    ]:
+        here += [fingerprint.environment(env, keys), fingerprint.policy(sel, env, keys)]
+    assert out == here
+    assert len(set(here)) == 4
 
 
 def test_two_copies_of_one_policy_give_identical_metrics():
@@ -188,7 +336,7 @@ def test_metrics_are_consistent():
         ({"num_trials": -2}, r"num_trials must be an integer >= 1, got -2"),
         ({"trials_per_chunk": 3}, r"trials_per_chunk must be a power of two"),
         ({"rounds_per_chunk": 50}, r"rounds_per_chunk must be an integer in \[1, 23\]"),
-        ({"seed": -1}, r"seed must be an integer >= 0"),
+        ({"seed": -1}, r"seed must be an integer in \[0, 4294967295\], got -1"),
         ({"config": {"f": object()}}, r"config must be JSON-serialisable"),
     ],
 )
@@ -379,8 +527,8 @@ def test_a_policy_that_selects_more_than_the_cohort_is_refused():
     assert fedjax_sel.simulate({"ucb": bandits.ucb(N, K)}, env, 5, 3, progress=None)
     with pytest.raises(
         ValueError,
-        match=rf"policy 'greedy' selected {N} clients in a round.*"
-        rf"num_selected={K}",
+        match=rf"policy 'greedy' made decisions the environment does not accept in 15 rounds "
+        rf"of 3 trials, first in trial 0 \(its largest cohort: {N}.*num_selected={K}",
     ):
         fedjax_sel.simulate({"greedy": _selector(select_everyone)}, env, 5, 3, progress=None)
 
@@ -428,3 +576,36 @@ def test_parameters_are_an_argument_of_the_compiled_programs():
         separate.curves["policy"]["num_selected"]["mean"],
         fedjax_sel.simulate(sel, env, 6, 4, progress=None).curves["policy"]["num_selected"]["mean"],
     )
+
+
+@pytest.mark.parametrize(
+    "selected, message",
+    [
+        (lambda inp: inp.available.astype(jnp.float32), r"Decision.selected must be bool\[6\]"),
+        (lambda inp: jnp.ones((N + 1,), bool), r"Decision.selected must be bool\[6\]"),
+    ],
+)
+def test_a_decision_of_the_wrong_shape_or_dtype_is_refused_before_anything_runs(selected, message):
+    calls = []
+    sel = _selector(lambda state, inp, key: (fedjax_sel.Decision(selected(inp)), state))
+    with pytest.raises(ValueError, match=message):
+        fedjax_sel.simulate({"bad": sel}, _env(), 5, 2, progress=lambda *a: calls.append(a))
+    assert calls == []
+
+
+def test_a_policy_that_selects_an_unavailable_client_is_refused():
+    def select_first(state, inp, key):
+        return fedjax_sel.Decision(jnp.arange(N) < K), state  # availability 0.8: not always
+
+    with pytest.raises(ValueError, match=r"policy 'first' made decisions the environment does"):
+        fedjax_sel.simulate({"first": _selector(select_first)}, _env(), 20, 4, progress=None)
+
+
+def test_a_decision_the_environment_rejects_is_refused():
+    env = envs.dfl_delay(6, 1, num_servers=3)  # one client per cell of two
+
+    def first_two(state, inp, key):
+        return fedjax_sel.Decision(jnp.arange(6) < 2), state  # both of cell 0
+
+    with pytest.raises(ValueError, match=r"Env.feasible"):
+        fedjax_sel.simulate({"two": _selector(first_two)}, env, 3, 2, progress=None)

@@ -14,6 +14,8 @@ import pkgutil
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from fedjax_sel import validation
+
 
 class Options(NamedTuple):
     """What a figure's `run` receives.
@@ -70,7 +72,18 @@ def figures(paper: str) -> dict[str, Figure]:
 
 
 def reproduce(paper: str, figure: str, options: Options) -> dict[str, Any]:
-    """Runs one figure, writes `<paper>_fig<figure>_<setting>.json`; returns the numbers."""
+    """Runs one figure, writes `<paper>_fig<figure>_<setting>.json`; returns the numbers.
+
+    Raises:
+      ValueError: an unknown paper, figure, setting or dataset, sizes that are not None
+        or integers >= 1 (0 does not mean "the default"), a seed outside [0, 2^32), or an
+        `output_dir` that cannot be a directory; before anything runs or is written.
+    """
+    for name in ("num_trials", "num_rounds"):
+        if getattr(options, name) is not None:
+            validation.positive_int(name, getattr(options, name))
+    validation.seed("seed", options.seed)
+    validation.output_dir("output_dir", options.output_dir)
     available = figures(paper)
     if figure not in available:
         raise ValueError(

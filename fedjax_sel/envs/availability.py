@@ -283,6 +283,13 @@ def with_availability(env: Env, process) -> Env:
             params = defaults if params is None else params
             return env.oracle(state.env, round_input, params.env)
 
+    feasible = None
+    if env.feasible is not None:
+
+        def feasible(state, round_input, decision, params=None):
+            params = defaults if params is None else params
+            return env.feasible(state.env, round_input, decision, params.env)
+
     return Env(
         reset=reset,
         observe=observe,
@@ -291,4 +298,5 @@ def with_availability(env: Env, process) -> Env:
         num_clients=env.num_clients,
         params=defaults,
         num_selected=env.num_selected,
+        feasible=feasible,
     )

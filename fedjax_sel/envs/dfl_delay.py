@@ -40,6 +40,12 @@ is delay minus the oracle's delay, eqs. (18)-(19). Two oracles:
 Because the per-server maximum is monotone, scheduling each cell's N smallest delays
 minimises the global maximum (12), so both oracles are exact per-server top-N.
 
+A decision with more than N clients in a cell is not accepted (`Env.feasible`; the
+runner refuses it). A cell given fewer than min(N, |A_s(t)|) clients counts its empty
+slots as the cell's slowest available client, in `expected_reward` and `reward` (a round
+over fewer clients would otherwise beat the oracle, `envs.cohort`); `latency` stays the
+delay of the clients scheduled.
+
 Geometry (not given by the paper; spec A7): the square area is cut into S vertical
 strips with the server at each strip's centre and the cell's clients uniform in it,
 distances clipped below at `min_distance_m`. A trial's instance (positions, CPU speeds
@@ -237,9 +243,9 @@ def dfl_delay(
     k_cell = validation.group_size(k_total, num_servers)
     s = k_total // k_cell
     n = validation.int_in_range("num_selected (clients per server)", num_selected, 1, k_cell)
-    low, high = cycles_per_sample_range
-    validation.positive_float("cycles_per_sample_range[0]", low)
-    validation.float_in_range("cycles_per_sample_range[1]", high, low, float("inf"))
+    low, high = validation.real_interval(
+        "cycles_per_sample_range", cycles_per_sample_range, 0.0, low_open=True
+    )
     validation.float_in_range("noise_dbm", noise_dbm, -400.0, 100.0)
     noise_mode = validation.choice("noise_mode", noise_mode, NOISE_MODES)
     reference = validation.choice("regret_reference", regret_reference, REGRET_REFERENCES)
@@ -328,6 +334,14 @@ def dfl_delay(
             return best(realized(state, inp, params)[1], inp)
         return best(expected(state, inp, params), inp)
 
+    def per_cell(flags):
+        """int32[S]: the entries set in each cell of bool[K]."""
+        return jnp.sum(flags.reshape(s, k_cell), axis=1, dtype=jnp.int32)
+
+    def feasible(state, inp, decision, params=None):
+        del state, inp, params
+        return jnp.all(per_cell(decision.selected) <= n)  # (13c)
+
     def step(state, inp, decision, key, params=None):
         del key  # the round's fading is a function of (channel_key, t), see `realized`
         params = defaults if params is None else params
@@ -336,6 +350,9 @@ def dfl_delay(
         selected = decision.selected
         chosen = best(ref, inp).selected
         round_delay = jnp.max(jnp.where(selected, tau, 0.0))  # (12)
+        # Empty slots count as the cell's slowest available client (module docstring).
+        short = per_cell(selected) < jnp.minimum(per_cell(inp.available), n)
+        charged = selected | (short[cell] & inp.available)
         feedback = Feedback(
             observed=selected,
             reward=-tau,
@@ -343,9 +360,9 @@ def dfl_delay(
             success=selected & (raw <= params.delay.tau_max),
         )
         stats = RoundStats(
-            expected_reward=-jnp.max(jnp.where(selected, ref, 0.0)),
+            expected_reward=-jnp.max(jnp.where(charged, ref, 0.0)),
             oracle_reward=-jnp.max(jnp.where(chosen, ref, 0.0)),
-            reward=-round_delay,
+            reward=-jnp.max(jnp.where(charged, tau, 0.0)),
             latency=round_delay,
             num_failed=jnp.sum(selected & (raw > params.delay.tau_max)).astype(jnp.float32),
         )
@@ -361,4 +378,5 @@ def dfl_delay(
         num_clients=k_total,
         params=defaults,
         num_selected=n * s,
+        feasible=feasible,
     )

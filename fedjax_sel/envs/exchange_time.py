@@ -21,7 +21,10 @@ A round lasts as long as its slowest selected client (eq. 1), 0 when nobody is
 selected. Feedback: the selected clients' exchange times (`latency`), `reward` their
 negatives. Round statistics: `latency` the round time f; `expected_reward` the negative
 of the largest expected time :math:`c^\top\theta^*` in the cohort, `oracle_reward` the
-same for the `oracle` (the min(k, available) clients of smallest expected time). The
+same for the `oracle` (the min(k, available) clients of smallest expected time). A
+cohort smaller than min(k, |A(t)|) counts its empty slots as the slowest available
+client, in `expected_reward` and `reward` (a round over fewer clients would otherwise
+beat the oracle, `envs.cohort`); `latency` stays the time of the clients selected. The
 fairness queues of eq. (6), :math:`Z_{t+1,n} = \max(Z_{t,n} + \beta - x_{t,n}, 0)`,
 are a function of the selections alone, so the environment keeps them for every policy
 and reports their mean, maximum and sum of squares after each round as extras.
@@ -44,6 +47,7 @@ import numpy as np
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs import cohort
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -156,8 +160,8 @@ def exchange_time(
             f"every client a rate above m/N), got {beta} * {n} > {m}."
         )
     size = validation.positive_float("model_size_mb", model_size_mb)
-    b_low, b_high = _range("bandwidth_mhz", bandwidth_mhz)
-    mu_low, mu_high = _range("cpu_ratio", cpu_ratio)
+    b_low, b_high = validation.real_interval("bandwidth_mhz", bandwidth_mhz, 0.0, low_open=True)
+    mu_low, mu_high = validation.real_interval("cpu_ratio", cpu_ratio, 0.0, low_open=True)
     if cold_start not in COLD_START_READINGS:
         raise ValueError(f"cold_start must be one of {COLD_START_READINGS}, got {cold_start!r}.")
     if coefficients is None:
@@ -216,12 +220,15 @@ def exchange_time(
         tau = 2.0 * jax.random.uniform(key, (n,)) * mean
         best = oracle(state, round_input).selected
         round_time = jnp.max(jnp.where(selected, tau, 0.0))
+        # Empty slots count as the slowest available client (module docstring).
+        short = cohort.missing(selected, round_input.available, m) > 0
+        charged = selected | (short & round_input.available)
         queue = jnp.maximum(state.queue + params.fairness_rate - selected.astype(jnp.float32), 0.0)
         feedback = Feedback(observed=selected, reward=-tau, latency=tau, success=selected)
         stats = RoundStats(
-            expected_reward=-jnp.max(jnp.where(selected, mean, 0.0)),
+            expected_reward=-jnp.max(jnp.where(charged, mean, 0.0)),
             oracle_reward=-jnp.max(jnp.where(best, mean, 0.0)),
-            reward=-round_time,
+            reward=-jnp.max(jnp.where(charged, tau, 0.0)),
             latency=round_time,
             num_failed=jnp.float32(0.0),
             extras={
@@ -245,14 +252,3 @@ def exchange_time(
         # deadline, more than m at times; m is the oracle's cohort only.
         num_selected=None,
     )
-
-
-def _range(name: str, bounds) -> tuple[float, float]:
-    """Checks a (low, high) pair with 0 < low <= high."""
-    try:
-        low, high = (float(v) for v in bounds)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a pair (low, high), got {bounds!r}.") from None
-    if not 0.0 < low <= high < float("inf"):
-        raise ValueError(f"{name} must satisfy 0 < low <= high < inf, got {bounds!r}.")
-    return low, high

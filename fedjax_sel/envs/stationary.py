@@ -6,6 +6,11 @@ the oracle picks the k available clients of largest `mu_i` and the pseudo-regret
 round is `sum_{oracle} mu_i - sum_{selected} mu_i` (combinatorial semi-bandit, Chen,
 Wang and Yuan, ICML 2013), among the clients of `RoundInput.available`. Latency is not
 modelled (zero). Parameters: `StationaryParams`.
+
+A cohort smaller than min(k, |A(t)|) adds nothing for its empty slots where no mean can
+be negative (Bernoulli, Beta); where one can (Gaussian), each empty slot is worth the
+lowest mean if that is negative, so that leaving out a client never beats the oracle
+(`envs.cohort`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import jax.numpy as jnp
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs import cohort
 from fedjax_sel.ops import top_k_mask, where_needed
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -75,11 +81,9 @@ def _stationary_env(
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
     process = availability_lib.resolve(availability, n)
-    low, high = means_range
+    low, high = validation.real_interval("means_range", means_range, *bounds)
     if means is not None:
         means = jnp.asarray(validation.array_in_range("means", means, (n,), *bounds))
-    elif not low <= high:
-        raise ValueError(f"means_range must satisfy low <= high, got {means_range}.")
     defaults = StationaryParams(
         means=means,
         means_low=jnp.float32(low),
@@ -87,6 +91,12 @@ def _stationary_env(
         scale=None if scale is None else jnp.float32(scale),
         availability=process.params,
     )
+
+    def empty_slots_value(mu, selected, available):
+        """The value of the slots a short cohort leaves empty (module docstring)."""
+        if bounds[0] >= 0.0:  # no mean can be negative: an empty slot is worth 0
+            return 0.0
+        return cohort.missing(selected, available, k) * jnp.minimum(jnp.min(mu), 0.0)
 
     def oracle_value(mu, available):
         return jnp.sum(jnp.where(top_k_mask(mu, available, k), mu, 0.0))
@@ -113,6 +123,7 @@ def _stationary_env(
         params = defaults if params is None else params
         reward = sample(key, state.means, params.scale)
         selected = decision.selected
+        empty = empty_slots_value(state.means, selected, round_input.available)
         feedback = Feedback(
             observed=selected,
             reward=reward,
@@ -120,7 +131,7 @@ def _stationary_env(
             success=selected,
         )
         stats = RoundStats(
-            expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)),
+            expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)) + empty,
             # The k best means, computed at reset, unless a client is unavailable.
             oracle_reward=where_needed(
                 ~jnp.all(round_input.available),
@@ -130,7 +141,7 @@ def _stationary_env(
                 round_input.available,
                 state.full_oracle_reward,
             ),
-            reward=jnp.sum(jnp.where(selected, reward, 0.0)),
+            reward=jnp.sum(jnp.where(selected, reward, 0.0)) + empty,
             latency=jnp.float32(0.0),
             num_failed=jnp.float32(0.0),
         )
@@ -166,8 +177,6 @@ def bernoulli(
         availability process (`envs.availability`).
       means_range: (low, high) for means drawn per trial.
     """
-    validation.float_in_range("means_range[0]", means_range[0], 0.0, 1.0)
-    validation.float_in_range("means_range[1]", means_range[1], 0.0, 1.0)
 
     def sample(key, mu, scale):
         del scale
@@ -227,8 +236,7 @@ def beta(
       means_range: (low, high) inside (0, 1) for means drawn per trial.
     """
     c = validation.positive_float("concentration", concentration)
-    validation.float_in_range("means_range[0]", means_range[0], 0.0, 1.0, low_open=True)
-    validation.float_in_range("means_range[1]", means_range[1], 0.0, 1.0)
+    validation.real_interval("means_range", means_range, 0.0, 1.0, low_open=True)
 
     def sample(key, mu, scale):
         return jax.random.beta(key, scale * mu, scale * (1.0 - mu))

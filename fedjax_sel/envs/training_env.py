@@ -271,16 +271,23 @@ def training(
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}.")
     if feedback not in FEEDBACKS:
         raise ValueError(f"feedback must be one of {FEEDBACKS}, got {feedback!r}.")
+    validation.positive_int("batch_size", batch_size)
+    if num_epochs is not None:
+        validation.positive_int("num_epochs", num_epochs)
+    if num_steps is not None:
+        validation.positive_int("num_steps", num_steps)
+    validation.positive_int("period", period)
+    validation.positive_int("min_updates", min_updates)
+    if drop_late is not None:
+        validation.boolean("drop_late", drop_late)
+    validation.boolean("observe_local_accuracy", observe_local_accuracy)
     if algorithm == "fedsgd":
         num_steps, num_epochs = num_steps or 1, None
     elif num_steps is not None:
         num_epochs = None
     # Checked again by `local_sgd`, here before the default task is built (which traces).
     validation.positive_float("learning_rate", learning_rate)
-    low = validation.positive_float("latency_range[0]", latency_range[0])
-    high = validation.positive_float("latency_range[1]", latency_range[1])
-    if low > high:
-        raise ValueError(f"latency_range must satisfy low <= high, got {latency_range}.")
+    low, high = validation.real_interval("latency_range", latency_range, 0.0, low_open=True)
     fixed_latency = None
     if mean_latency is not None:
         fixed_latency = jnp.asarray(
@@ -497,6 +504,13 @@ def training(
                 params = defaults if params is None else params
                 return delay_env.oracle(state.delay, inp, params.delay)
 
+        delay_feasible = None
+        if delay_env.feasible is not None:
+
+            def delay_feasible(state, inp, decision, params=None):
+                params = defaults if params is None else params
+                return delay_env.feasible(state.delay, inp, decision, params.delay)
+
         return Env(
             reset=reset,
             observe=observe,
@@ -505,6 +519,7 @@ def training(
             num_clients=n,
             params=defaults,
             num_selected=k,
+            feasible=delay_feasible,
         )
     return Env(
         reset=reset,

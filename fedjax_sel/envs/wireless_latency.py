@@ -26,7 +26,10 @@ quantiles (`mean_reward`); with geometry drawn per trial, :math:`\mu_k` is inter
 in dB (cubic) from a per-client table built once per configuration.
 
 An empty round (no client available) has latency 0 and value 1 for the policy and the
-oracle alike, so it cancels in every regret.
+oracle alike, so it cancels in every regret. A cohort smaller than min(N, |A(t)|) counts
+each empty channel as a client at the deadline, reward 0 (`envs.cohort`): the paper
+schedules min(N, |A(t)|) clients (eq. 10), and a bottleneck over fewer clients would
+otherwise beat the oracle. `latency` stays the time of the clients scheduled.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import numpy as np
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs import cohort
 from fedjax_sel.envs.latency import path_loss_db
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
@@ -269,6 +273,9 @@ def wireless_latency(
     d_min = validation.float_in_range(
         "min_distance_km", min_distance_km, 0.0, radius, low_open=True
     )
+    per_client_metrics = validation.boolean("per_client_metrics", per_client_metrics)
+    if geometry_seed is not None:
+        validation.seed("geometry_seed", geometry_seed)
     process = availability_lib.resolve(availability, k_all)
     defaults = WirelessLatencyParams(availability=process.params)
     low64, high64 = compute_bounds(k_all, scale)
@@ -281,8 +288,8 @@ def wireless_latency(
     if distances_km is not None:
         fixed = validation.array_in_range("distances_km", distances_km, (k_all,), 1e-9, 1e9)
     elif geometry_seed is not None:
-        seed = validation.int_in_range("geometry_seed", geometry_seed, 0, 2**31 - 1)
-        u = np.random.default_rng(seed).uniform(size=k_all)
+        rng = np.random.default_rng(geometry_seed)
+        u = rng.uniform(size=k_all)
         fixed = np.maximum(radius * np.sqrt(u), d_min)
     if fixed is not None:
         snr64 = 10.0 ** (gain_db(fixed.astype(np.float64)) / 10.0)
@@ -337,14 +344,16 @@ def wireless_latency(
         reward = 1.0 - latency / physics.deadline_s
         selected = decision.selected
         best = oracle(state, round_input).selected
-        expected = bottleneck(state.means, selected)
+        # An empty channel is a client at the deadline: reward 0 (module docstring).
+        short = cohort.missing(selected, round_input.available, n_sel) > 0
+        expected = jnp.where(short, 0.0, bottleneck(state.means, selected))
         extras = {"expected_reward": expected}
         if per_client_metrics:
             extras.update({f"selected/{i}": selected[i].astype(jnp.float32) for i in range(k_all)})
         stats = RoundStats(
             expected_reward=expected,
             oracle_reward=bottleneck(state.means, best),
-            reward=bottleneck(reward, selected),
+            reward=jnp.where(short, 0.0, bottleneck(reward, selected)),
             latency=jnp.max(jnp.where(selected, latency, 0.0)),
             num_failed=jnp.sum(selected & failed).astype(jnp.float32),
             extras=extras,

@@ -26,8 +26,9 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_sel import metrics, validation
+from fedjax_sel.ops import double
 from fedjax_sel.results import Results
-from fedjax_sel.runner import checkpoints, chunking, programs
+from fedjax_sel.runner import checkpoints, chunking, fingerprint, programs, reduction
 from fedjax_sel.runner.chunking import (
     CHUNK_COST_TRIALS,
     CPU_CHUNK_CLIENT_TRIALS,
@@ -81,18 +82,23 @@ def simulate(
       env: the environment.
       num_rounds: T >= 1.
       num_trials: M >= 1.
-      seed: the seed of every random stream (see the module docstring).
+      seed: the seed of every random stream, an integer in [0, 2^32) (see
+        `runner.programs`).
       trials_per_chunk: trials run at once, a power of two (memory bound); None runs
         all M at once on one accelerator, the chunk that pads least on several
         (`chunking.least_padded_chunk`), and on CPU devices chunks that stay in cache
         (`cpu_trials_per_chunk`). On several devices, each runs a power-of-two block of
         the chunk (`device_block`). The size used is recorded as `trials_per_chunk` in
         the results' config. Results do not depend on it.
-      rounds_per_chunk: rounds per compiled call (progress, checkpoints); None runs all
-        T at once. Results do not depend on it.
-      checkpoint_dir: where progress is saved after every chunk and resumed from; a
-        directory written by a different configuration, or on another number of
-        devices, is refused.
+      rounds_per_chunk: rounds per compiled call (progress, checkpoints), in [1, T]; None
+        runs all T at once. Results do not depend on it.
+      checkpoint_dir: where progress is saved after every chunk (one file per policy)
+        and resumed from. A file is resumed only by the same run: the same policy and
+        environment (compared by fingerprint: arguments, arrays, code), seed, sizes,
+        chunking, number of devices, `config` and versions; otherwise, or if it cannot be
+        read, `simulate` raises before anything runs, naming the file and what differs
+        (`runner.checkpoints`). Policies added to or removed from the mapping do not
+        disturb the others' files.
       config: JSON-serialisable description of the run (env and policy parameters),
         kept in the results and compared on resume.
       progress: called as `progress(policy, trial_rounds_done, trial_rounds_total)`
@@ -118,11 +124,25 @@ def simulate(
     policies = _checked_policies(policies, env)
     num_rounds = validation.positive_int("num_rounds", num_rounds)
     num_trials = validation.positive_int("num_trials", num_trials)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}.")
-    rounds_per_chunk = validation.int_in_range(
-        "rounds_per_chunk", rounds_per_chunk or num_rounds, 1, num_rounds
-    )
+    seed = validation.seed("seed", seed)
+    if rounds_per_chunk is not None:
+        rounds_per_chunk = validation.int_in_range(
+            "rounds_per_chunk", rounds_per_chunk, 1, num_rounds
+        )
+    rounds_per_chunk = rounds_per_chunk or num_rounds
+    if checkpoint_dir is not None:
+        checkpoint_dir = validation.output_dir("checkpoint_dir", checkpoint_dir)
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be callable or None, got {progress!r}.")
+    if devices is not None and (
+        isinstance(devices, (str, bytes))
+        or not devices
+        or not all(isinstance(d, jax.Device) for d in devices)
+    ):
+        raise ValueError(
+            f"devices must be a non-empty list of jax devices (e.g. jax.devices()), got "
+            f"{devices!r}."
+        )
     config = dict(config or {})
     try:
         json.dumps(config)
@@ -147,9 +167,6 @@ def simulate(
         "metrics": list(layout.curves),
         "config": config,
     }
-    if checkpoint_dir is not None:
-        # A chunk's saved state holds the trials of its devices' blocks.
-        checkpoints.check_config(checkpoint_dir, {**run_config, "num_devices": num_devices})
 
     mesh = Mesh(np.asarray(devices), ("trials",))
     keys = jax.device_put(keys, NamedSharding(mesh, PartitionSpec()))
@@ -170,18 +187,19 @@ def simulate(
         for name, sel in policies.items()
     }
 
+    files = {}
+    if checkpoint_dir is not None:
+        files = _checkpoint_files(checkpoint_dir, policies, env, keys, run_config, num_devices)
+
     curves, totals, fractions = {}, {}, {}
     for name, policy_programs in compiled.items():
-        path = checkpoint_dir and os.path.join(checkpoint_dir, f"policy_{name}.npz")
-        state = _run_policy(name, policy_programs, plan, path, progress)
+        state = _run_policy(name, policy_programs, plan, files.get(name), progress)
         curve_sums, count_sums = state.stack.total()
-        mean = curve_sums[..., 0].astype(np.float64) / num_trials
-        second = curve_sums[..., 1].astype(np.float64) / num_trials
-        std = np.sqrt(np.maximum(second - mean * mean, 0.0))
+        mean, std = reduction.mean_and_std(curve_sums, num_trials)
         curves[name] = {
             metric: {"mean": mean[:, i], "std": std[:, i]} for i, metric in enumerate(layout.curves)
         }
-        per_trial = np.concatenate(state.per_trial)
+        per_trial = double.to_float64(np.concatenate(state.per_trial))
         totals[name] = {total: per_trial[:, i] for i, total in enumerate(layout.totals)}
         fractions[name] = count_sums.astype(np.float64) / (num_trials * num_rounds)
 
@@ -196,6 +214,8 @@ def simulate(
 
 def _checked_policies(policies, env: Env) -> dict[str, Selector]:
     """`policies` as a mapping name -> Selector, checked against `env`."""
+    if not isinstance(env, Env):
+        raise ValueError(f"env must be a fedjax_sel.Env, got {type(env).__name__}.")
     if isinstance(policies, Selector):
         policies = {"policy": policies}
     if not isinstance(policies, Mapping) or not policies:
@@ -205,8 +225,6 @@ def _checked_policies(policies, env: Env) -> dict[str, Selector]:
             raise ValueError(f"policies must map names (str) to Selectors; got {name!r}: {sel!r}.")
         if sel.privileged and env.oracle is None:
             raise ValueError(f"policy {name!r} needs env.oracle, which this environment lacks.")
-    if not isinstance(env, Env):
-        raise ValueError(f"env must be a fedjax_sel.Env, got {type(env).__name__}.")
     return dict(policies)
 
 
@@ -254,9 +272,38 @@ class _Plan(NamedTuple):
     rounds_per_chunk: int
 
 
-def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoints.Progress:
-    """Runs every chunk of trials of one policy (resuming from the checkpoint at `path`,
-    if any) and returns where it stands at the end: the joined sums and the totals."""
+def _checkpoint_files(checkpoint_dir, policies, env, run_keys, run_config, num_devices):
+    """policy -> (path, identity) of its checkpoint file; raises ValueError, before anything
+    runs, if a file already there holds another run or cannot be read
+    (`checkpoints.check_identity`)."""
+    import fedjax_sel
+
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    env_print = fingerprint.environment(env, run_keys)
+    files = {}
+    for name, sel in policies.items():
+        identity = {
+            **{k: v for k, v in run_config.items() if k != "policies"},
+            "policy": name,
+            "policy_fingerprint": fingerprint.policy(sel, env, run_keys),
+            "environment_fingerprint": env_print,
+            # A chunk's saved state holds the trials of its devices' blocks.
+            "num_devices": num_devices,
+            "format": checkpoints.FORMAT,
+            "fedjax_sel": fedjax_sel.__version__,
+            "jax": jax.__version__,
+        }
+        path = os.path.join(checkpoint_dir, f"policy_{name}.npz")
+        if os.path.exists(path):
+            checkpoints.check_identity(path, identity)
+        files[name] = (path, identity)
+    return files
+
+
+def _run_policy(name, policy_programs, plan: _Plan, file, progress) -> checkpoints.Progress:
+    """Runs every chunk of trials of one policy (resuming from its checkpoint `file`, a
+    (path, identity) pair or None, if the path exists) and returns where it stands at the
+    end: the joined sums and the totals."""
     init_carry, run_rounds, finish = policy_programs
     keys, chunk, num_rounds, num_trials = plan.keys, plan.chunk, plan.num_rounds, plan.num_trials
     # The environment's parameters are an argument of the programs, not constants in them.
@@ -265,8 +312,9 @@ def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoin
     sim_size = chunking.simulated_trials(chunk, plan.mesh.size)
     num_chunks = -(-num_trials // chunk)
     cohort = plan.env.num_selected
+    path, identity = file or (None, None)
     resume = path and os.path.exists(path)
-    state = checkpoints.load_progress(path) if resume else checkpoints.Progress()
+    state = checkpoints.load_progress(path, identity) if resume else checkpoints.Progress()
     while state.chunk < num_chunks:
         start = state.chunk * chunk
         ids = np.arange(start, start + sim_size)
@@ -277,41 +325,57 @@ def _run_policy(name, policy_programs, plan: _Plan, path, progress) -> checkpoin
             carry = jax.device_put(jax.tree.unflatten(treedef, state.carry_leaves), sharded)
         else:
             carry = init_carry(keys, params, trial_ids)
-            state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2), np.float32)
+            state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2, 2), np.float32)
         while state.next_round <= num_rounds:
             t0 = state.next_round
             length = min(plan.rounds_per_chunk, num_rounds - t0 + 1)
             rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
             carry, sums = run_rounds(carry, keys, params, trial_ids, valid, rounds)
-            state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums))
+            state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums), double.add)
             state.next_round = t0 + length
             if path and state.next_round <= num_rounds:
                 state.carry_leaves = [np.asarray(x) for x in jax.tree.leaves(carry)]
-                checkpoints.save_progress(path, state)
+                checkpoints.save_progress(path, state, identity)
             if progress is not None:
                 in_chunk = min(chunk, num_trials - start)
                 done = start * num_rounds + in_chunk * (state.next_round - 1)
                 progress(name, done, num_trials * num_rounds)
-        per_trial, chunk_counts, largest_cohort = finish(carry, valid, jnp.float32(num_rounds))
+        per_trial, chunk_counts, cohorts = finish(carry, valid, jnp.float32(num_rounds))
         valid = np.asarray(valid)
-        if cohort is not None:
-            _check_cohort(name, np.asarray(largest_cohort)[valid], cohort)
+        _check_decisions(name, np.asarray(cohorts)[valid], cohort, start)
         state.per_trial.append(np.asarray(per_trial)[valid])
         state.stack.push((state.curve, tree_sum(np.asarray(chunk_counts))))
         state.chunk += 1
         state.next_round = 1
         state.carry_leaves = None
         if path:
-            checkpoints.save_progress(path, state)
+            checkpoints.save_progress(path, state, identity)
     return state
 
 
-def _check_cohort(name: str, largest_cohort: np.ndarray, num_selected: int) -> None:
-    """Raises if a trial's policy selected more than `num_selected` clients in a round
-    (`largest_cohort`, f32[trials] of the chunk), which would make the regret negative."""
-    largest = int(largest_cohort.max(initial=0))
-    if largest > num_selected:
-        raise ValueError(
-            f"policy {name!r} selected {largest} clients in a round; the environment's "
-            f"cohort is num_selected={num_selected}."
-        )
+def _check_decisions(name: str, cohorts: np.ndarray, num_selected: int | None, start: int):
+    """Raises if a trial's policy made a decision the environment does not accept
+    (`metrics.decision_violations`, `Env.feasible`), which could make its regret negative.
+
+    Args:
+      cohorts: f32[trials, 2] of the chunk: each trial's largest cohort and its number of
+        rounds with a decision not accepted.
+      start: the index of the chunk's first trial.
+    """
+    largest, invalid = cohorts[:, 0], cohorts[:, 1]
+    if not invalid.any():
+        return
+    trial = start + int(np.argmax(invalid > 0))
+    cohort = (
+        f" (its largest cohort: {int(largest.max())}; the environment's: num_selected="
+        f"{num_selected})"
+        if num_selected is not None
+        else ""
+    )
+    raise ValueError(
+        f"policy {name!r} made decisions the environment does not accept in "
+        f"{int(invalid.sum())} rounds of {int((invalid > 0).sum())} trials, first in trial "
+        f"{trial}{cohort}: a decision may select only available clients, at most "
+        f"num_selected of them, within the environment's own constraints (Env.feasible). "
+        f"Its results are not reported."
+    )

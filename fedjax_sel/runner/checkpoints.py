@@ -1,7 +1,12 @@
 """Progress of a run between chunks: saved after every chunk, resumed from, checked.
 
-A checkpoint directory holds `config.json` (the run's configuration, compared on
-resume) and one `policy_<name>.npz` per policy with where its run stands.
+A checkpoint directory holds one `policy_<name>.npz` per policy with where its run
+stands and its identity: the fingerprints of the policy and of the environment
+(`fingerprint`), the seed, the sizes, the metrics, the user's `config` and the versions
+that wrote it. A file is resumed only if its identity equals the run's; otherwise, or if
+it cannot be read, the run stops before anything runs, naming the file and what differs.
+Files are replaced atomically (written aside, then renamed), so an interrupted save
+leaves the previous checkpoint intact.
 """
 
 from __future__ import annotations
@@ -9,11 +14,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import zipfile
 from collections.abc import Mapping
 
 import numpy as np
 
-from fedjax_sel.runner.reduction import DyadicStack
+from fedjax_sel.runner.reduction import DyadicStack, join_chunks
+
+# The layout of a checkpoint file; a file of another layout is refused, not misread.
+FORMAT = 2
+
+# What each field of an identity is, for the message when a file's differs from the run's.
+_FIELDS = {
+    "policy": "the policy's name (a file copied from another policy?)",
+    "policy_fingerprint": "the policy (its factory's arguments, its arrays or its code)",
+    "environment_fingerprint": "the environment (its parameters, its arrays or its code)",
+    "format": "the checkpoint format",
+    "fedjax_sel": "the fedjax-sel version that wrote it",
+    "jax": "the jax version that wrote it",
+    "num_devices": "the number of devices (a chunk's state holds its devices' blocks)",
+}
 
 
 @dataclasses.dataclass
@@ -22,20 +42,38 @@ class Progress:
 
     chunk: int = 0
     next_round: int = 1
-    curve: np.ndarray | None = None  # f32[T, metrics, 2], current trial chunk
+    curve: np.ndarray | None = None  # f32[T, metrics, 2, 2], current trial chunk
     per_trial: list = dataclasses.field(default_factory=list)
-    stack: DyadicStack = dataclasses.field(default_factory=DyadicStack)
+    stack: DyadicStack = dataclasses.field(default_factory=lambda: DyadicStack(join_chunks))
     carry_leaves: list | None = None
+
+
+def _start_over(path: str, policy: str) -> str:
+    return (
+        f"delete {path!r} to run policy {policy!r} from the start (the other policies' "
+        f"files are kept), or use a fresh checkpoint_dir."
+    )
 
 
 def _atomic_save(path: str, arrays: Mapping[str, np.ndarray]) -> None:
     tmp = path + ".tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise OSError(
+            e.errno,
+            f"could not write the checkpoint {path!r} ({e.strerror or e}); the previous "
+            f"checkpoint is intact: free space or fix the directory's permissions and run "
+            f"again to resume, or choose another checkpoint_dir",
+        ) from e
 
 
-def save_progress(path: str, p: Progress) -> None:
+def save_progress(path: str, p: Progress, identity: dict) -> None:
     arrays = {
+        "identity": np.array(json.dumps(identity, sort_keys=True)),
         "chunk": np.int64(p.chunk),
         "next_round": np.int64(p.next_round),
         "curve": p.curve,
@@ -53,35 +91,49 @@ def save_progress(path: str, p: Progress) -> None:
     _atomic_save(path, arrays)
 
 
-def load_progress(path: str) -> Progress:
-    with np.load(path) as f:
-        levels = [int(v) for v in f["levels"]]
-        items = [(f[f"stack_curve_{i}"], f[f"stack_counts_{i}"]) for i in range(len(levels))]
-        return Progress(
-            chunk=int(f["chunk"]),
-            next_round=int(f["next_round"]),
-            curve=f["curve"],
-            per_trial=[f[f"per_trial_{i}"] for i in range(int(f["num_per_trial"]))],
-            stack=DyadicStack(levels, items),
-            carry_leaves=[f[f"carry_{i}"] for i in range(int(f["num_carry"]))] or None,
+def _unreadable(path: str, identity: dict, error: Exception) -> ValueError:
+    return ValueError(
+        f"checkpoint file {path!r} cannot be read ({type(error).__name__}: {error}): it is "
+        f"corrupt, truncated or not a fedjax-sel checkpoint; "
+        f"{_start_over(path, identity['policy'])}"
+    )
+
+
+def check_identity(path: str, identity: dict) -> None:
+    """Raises ValueError, naming the file and what differs, unless the checkpoint at `path`
+    holds a run with this `identity`."""
+    try:
+        with np.load(path) as f:
+            saved = json.loads(str(f["identity"])) if "identity" in f.files else None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise _unreadable(path, identity, e) from None
+    if saved is None or not isinstance(saved, dict):
+        raise ValueError(
+            f"checkpoint file {path!r} holds no identity: it was written by an older "
+            f"fedjax-sel or is not a checkpoint; {_start_over(path, identity['policy'])}"
+        )
+    differs = sorted(k for k in set(saved) | set(identity) if saved.get(k) != identity.get(k))
+    if differs:
+        what = "; ".join(f"{k}: {_FIELDS.get(k, k)}" for k in differs)
+        raise ValueError(
+            f"checkpoint file {path!r} holds a different run, which this one would resume "
+            f"wrongly. It differs in {what}. {_start_over(path, identity['policy'])}"
         )
 
 
-def check_config(checkpoint_dir: str, config: dict) -> None:
-    """Writes `config` to a new checkpoint directory, or raises if the directory holds a
-    run of another configuration."""
-    path = os.path.join(checkpoint_dir, "config.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
-        if saved != config:
-            diff = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
-            raise ValueError(
-                f"checkpoint_dir {checkpoint_dir!r} holds a run of a different configuration "
-                f"(differs in {', '.join(diff)}); use a fresh directory or the same settings."
+def load_progress(path: str, identity: dict) -> Progress:
+    """The progress saved at `path`, whose identity `check_identity` accepted."""
+    try:
+        with np.load(path) as f:
+            levels = [int(v) for v in f["levels"]]
+            items = [(f[f"stack_curve_{i}"], f[f"stack_counts_{i}"]) for i in range(len(levels))]
+            return Progress(
+                chunk=int(f["chunk"]),
+                next_round=int(f["next_round"]),
+                curve=f["curve"],
+                per_trial=[f[f"per_trial_{i}"] for i in range(int(f["num_per_trial"]))],
+                stack=DyadicStack(join_chunks, levels, items),
+                carry_leaves=[f[f"carry_{i}"] for i in range(int(f["num_carry"]))] or None,
             )
-    else:
-        os.makedirs(checkpoint_dir, exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            json.dump(config, f, indent=1, sort_keys=True)
-        os.replace(path + ".tmp", path)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise _unreadable(path, identity, e) from None

@@ -73,7 +73,8 @@ def trials_per_chunk_for_budget(
     """The power-of-two trial chunk that fits the budget and pads the trials least.
 
     The estimate is `chunk * max over policies of trial_memory_bytes` plus what the run
-    keeps whatever the chunking (per-round sums f32[T, metrics, 2] and per-trial totals).
+    keeps whatever the chunking (per-round double-f32 sums of x and x^2,
+    f32[T, metrics, 2, 2], and per-trial double-f32 totals f32[M, totals, 2]).
     The chunk never exceeds the smallest power of two >= num_trials. Every chunk runs
     in full (the last one padded), so the largest chunk that fits can waste much of the
     work: 10,000 trials in chunks of 8,192 simulate 16,384. Among the powers of two that
@@ -88,7 +89,7 @@ def trials_per_chunk_for_budget(
     """
     per_trial = max(trial_memory_bytes(env, selector) for selector in policies.values())
     layout = programs.metric_layout(env, programs.keys(0))
-    fixed = num_rounds * len(layout.curves) * 2 * 4 + num_trials * len(layout.totals) * 4
+    fixed = num_rounds * len(layout.curves) * 2 * 2 * 4 + num_trials * len(layout.totals) * 2 * 4
     fitting = (memory_budget_bytes - fixed) // per_trial
     if fitting < 1:
         raise ValueError(

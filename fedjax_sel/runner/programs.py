@@ -22,7 +22,8 @@ from jax import lax
 from jax.sharding import Mesh, PartitionSpec
 
 from fedjax_sel import metrics
-from fedjax_sel.runner.reduction import exact_square, tree_sum
+from fedjax_sel.ops import double
+from fedjax_sel.runner.reduction import tree_sum
 from fedjax_sel.types import Decision, Env, Selector
 
 
@@ -93,6 +94,33 @@ def checked_programs(name, run_keys, num_trials, env, selector, *settings):
     return program
 
 
+def check_decision(decision, num_clients: int) -> None:
+    """Raises ValueError unless `decision` (traced) is a `Decision` with `selected` bool[N]
+    and `assignment` None or an integer [N]: the checks that need only shapes, made
+    while the programs are traced (`checked_programs`), before anything runs."""
+    if not isinstance(decision, Decision):
+        raise ValueError(
+            f"select must return a fedjax_sel.Decision, got {type(decision).__name__}."
+        )
+    selected = decision.selected
+    if getattr(selected, "shape", None) != (num_clients,) or selected.dtype != jnp.bool_:
+        raise ValueError(
+            f"Decision.selected must be bool[{num_clients}] (one flag per client), got "
+            f"{getattr(selected, 'dtype', type(selected).__name__)}"
+            f"{list(getattr(selected, 'shape', ()))}."
+        )
+    assignment = decision.assignment
+    if assignment is not None and (
+        getattr(assignment, "shape", None) != (num_clients,)
+        or not jnp.issubdtype(assignment.dtype, jnp.integer)
+    ):
+        raise ValueError(
+            f"Decision.assignment must be None or int32[{num_clients}] (a server per client, "
+            f"-1 for none), got {getattr(assignment, 'dtype', type(assignment).__name__)}"
+            f"{list(getattr(assignment, 'shape', ()))}."
+        )
+
+
 def programs(env: Env, selector: Selector, *settings):
     """`build_programs(env, selector, *settings)`, cached when the env and selector are
     hashable (they normally are: tuples of functions), so that a second `simulate` of the
@@ -148,9 +176,13 @@ def build_programs(
         if selector.privileged:
             inp = inp._replace(oracle=env.oracle(env_state, inp, params))
         decision, policy_state = selector.select(policy_state, inp, policy_key)
+        check_decision(decision, n)
+        invalid = metrics.decision_violations(decision, inp.available, env.num_selected)
+        if env.feasible is not None:
+            invalid |= ~env.feasible(env_state, inp, decision, params)
         feedback, env_state, stats = env.step(env_state, inp, decision, step_key, params)
         policy_state = selector.update(policy_state, decision, feedback)
-        running, values = metrics.round_values(metric_layout, running, stats, decision)
+        running, values = metrics.round_values(metric_layout, running, stats, decision, invalid)
         return (env_state, policy_state, running), values
 
     # Per device too, so that the carry comes out as `run_rounds` returns it: a carry
@@ -170,8 +202,8 @@ def build_programs(
             carry, values = jax.vmap(trial_round, in_axes=(None, None, 0, None, 0))(
                 run_keys, params, carry, t, trial_ids
             )
-            values = jnp.where(valid[:, None], values, 0.0)
-            return carry, jnp.stack([tree_sum(values), tree_sum(exact_square(values))], -1)
+            values = jnp.where(valid[:, None, None], values, 0.0)
+            return carry, tree_sum(double.moments(values), double.add)
 
         carry, sums = lax.scan(body, carry, rounds)
         return carry, sums[None]
@@ -179,12 +211,13 @@ def build_programs(
     @jit
     @functools.partial(per_device, in_specs=(split, split, whole), out_specs=(split, split, split))
     def finish(carry, valid, num_rounds):
-        """Per-trial totals f32[trials, totals], the per-device sums of the selection
-        counts f32[1, N], and each trial's largest cohort f32[trials]."""
+        """Per-trial totals f32[trials, totals, 2] (double-f32), the per-device sums of
+        the selection counts f32[1, N], and each trial's largest cohort and number of
+        invalid rounds, f32[trials, 2]."""
         running = carry[2]
         per_trial = metrics.trial_totals(metric_layout, running, num_rounds)
         # Integer-valued counts sum exactly; the host divides by T * M.
         counts = tree_sum(jnp.where(valid[:, None], running.counts, 0.0))[None]
-        return per_trial, counts, running.largest_cohort
+        return per_trial, counts, jnp.stack([running.largest_cohort, running.invalid_rounds], -1)
 
     return init_carry, run_rounds, finish
