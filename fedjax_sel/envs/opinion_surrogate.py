@@ -10,7 +10,12 @@ of eq. 2),
 
 .. math:: \bar q_t = \sum_{n \in S} X_n |D_n| q_n / \sum_{n \in S} X_n |D_n|
 
-(0 when no update arrives, spec A17). The set's accuracy target is
+(0 when no update arrives, spec A17). A cohort smaller than min(K, |A(t)|) is charged its
+empty slots (`envs.cohort`): each counts as an update that always arrives, of quality 0
+and the largest client's weight max_n |D_n|. Filling such a slot with any available
+client (quality >= 0, weight <= max |D|) can only raise q̄ in every arrival pattern, so a
+short or empty cohort is worth at most some full one, and never beats the oracle where the
+oracle is exact (theta = 1); an empty cohort is worth `acc_low`. The set's accuracy target is
 `acc_low + (acc_high - acc_low) * q̄_t`. Stationary form (the paper's `reset` reading,
 spec A12): `acc_t` is the target plus Gaussian noise `noise`. Warm-start form: `acc_t =
 acc_{t-1} + rate * (target - acc_{t-1}) + noise`, starting from `acc_low`. Every client
@@ -45,6 +50,7 @@ from jax import lax
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
+from fedjax_sel.envs import cohort
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
@@ -181,24 +187,31 @@ def opinion_surrogate(
     # f32[2^K, K]: every arrival pattern X of the K cohort slots.
     patterns = jnp.asarray(list(itertools.product((0.0, 1.0), repeat=k)), jnp.float32)
 
-    def weighted_quality(selected, quality, params):
-        """E[q̄] of the selected clients (bool[N]) over their arrival patterns."""
+    def weighted_quality(selected, available, quality, params):
+        """E[q̄] of the selected clients (bool[N]) over their arrival patterns, the empty
+        slots of a short cohort charged (module docstring)."""
         slots = jnp.nonzero(selected, size=k, fill_value=0)[0]
-        valid = jnp.arange(k) < jnp.sum(selected)
-        theta_s = jnp.where(valid, params.success[slots], 0.0)
-        weight = jnp.where(valid, params.sizes[slots], 0.0)
+        size = jnp.sum(selected)
+        valid = jnp.arange(k) < size
+        empty = ~valid & (jnp.arange(k) < size + cohort.missing(selected, available, k))
+        theta_s = jnp.where(valid, params.success[slots], jnp.where(empty, 1.0, 0.0))
+        weight = jnp.where(
+            valid, params.sizes[slots], jnp.where(empty, jnp.max(params.sizes), 0.0)
+        )
         prob = jnp.prod(patterns * theta_s + (1.0 - patterns) * (1.0 - theta_s), axis=1)
         total = patterns @ weight
-        ratio = (patterns @ (weight * quality[slots])) / jnp.maximum(total, 1e-30)
+        ratio = (patterns @ (weight * jnp.where(valid, quality[slots], 0.0))) / jnp.maximum(
+            total, 1e-30
+        )
         return jnp.sum(prob * jnp.where(total > 0, ratio, 0.0))
 
-    def target(selected, quality, params):
+    def target(selected, available, quality, params):
         return params.acc_low + (params.acc_high - params.acc_low) * weighted_quality(
-            selected, quality, params
+            selected, available, quality, params
         )
 
-    def expected_accuracy(state, selected, params):
-        goal = target(selected, state.quality, params)
+    def expected_accuracy(state, selected, available, params):
+        goal = target(selected, available, state.quality, params)
         if warm_start:
             return state.accuracy + params.rate * (goal - state.accuracy)
         return goal
@@ -242,7 +255,8 @@ def opinion_surrogate(
         arrive_key, acc_key, opinion_key = jax.random.split(key, 3)
         selected = decision.selected
         arrived = selected & jax.random.bernoulli(arrive_key, params.success)
-        mass = jnp.sum(jnp.where(arrived, params.sizes, 0.0))
+        empty = cohort.missing(selected, round_input.available, k)
+        mass = jnp.sum(jnp.where(arrived, params.sizes, 0.0)) + empty * jnp.max(params.sizes)
         q_bar = jnp.where(
             mass > 0,
             jnp.sum(jnp.where(arrived, params.sizes * state.quality, 0.0))
@@ -253,7 +267,7 @@ def opinion_surrogate(
         if warm_start:
             goal = state.accuracy + params.rate * (goal - state.accuracy)
         accuracy = goal + params.noise * jax.random.normal(acc_key, ())
-        expected = expected_accuracy(state, selected, params)
+        expected = expected_accuracy(state, selected, round_input.available, params)
         if law == "gaussian":
             opinions = accuracy + params.opinion_noise * jax.random.normal(opinion_key, (n,))
             opinions = jnp.clip(opinions, 0.0, 1.0)
@@ -262,7 +276,7 @@ def opinion_surrogate(
         best = oracle(state, round_input, params).selected
         stats = RoundStats(
             expected_reward=expected,
-            oracle_reward=expected_accuracy(state, best, params),
+            oracle_reward=expected_accuracy(state, best, round_input.available, params),
             reward=jnp.mean(opinions),
             latency=f32(0.0),
             num_failed=jnp.sum(selected & ~arrived).astype(jnp.float32),
