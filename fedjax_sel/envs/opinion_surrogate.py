@@ -195,9 +195,7 @@ def opinion_surrogate(
         valid = jnp.arange(k) < size
         empty = ~valid & (jnp.arange(k) < size + cohort.missing(selected, available, k))
         theta_s = jnp.where(valid, params.success[slots], jnp.where(empty, 1.0, 0.0))
-        weight = jnp.where(
-            valid, params.sizes[slots], jnp.where(empty, jnp.max(params.sizes), 0.0)
-        )
+        weight = jnp.where(valid, params.sizes[slots], jnp.where(empty, jnp.max(params.sizes), 0.0))
         prob = jnp.prod(patterns * theta_s + (1.0 - patterns) * (1.0 - theta_s), axis=1)
         total = patterns @ weight
         ratio = (patterns @ (weight * jnp.where(valid, quality[slots], 0.0))) / jnp.maximum(
