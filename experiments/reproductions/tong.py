@@ -58,10 +58,12 @@ def _policies(names, n: int, horizon: int, seed: int) -> dict:
     return {name: makers[name]() for name in names}
 
 
-def _run(options: Options, names, rounds: int, trials: int, n: int = 20, success=1.0):
+def _run(options: Options, names, rounds: int, trials: int, n: int = 20, success=1.0, env=None):
+    """Runs the named policies for the figure's default (or the options') rounds and
+    trials, on `env` (the surrogate of the setting if None)."""
     rounds = options.num_rounds or rounds
     trials = options.num_trials or trials
-    env = _env(options, n, success)
+    env = _env(options, n, success) if env is None else env
     return rounds, {
         name: run_trials(policy, env, rounds, trials, seed=options.seed, targets=TARGETS)
         for name, policy in _policies(names, n, rounds, options.seed).items()
@@ -72,15 +74,15 @@ def _accuracy(run) -> dict:
     return {"final": float(run.accuracy[-1]), "average": float(run.accuracy.mean())}
 
 
-def _curves(runs, options: Options, figure: str, field: str = "accuracy") -> str:
+def _curves(runs, options: Options, figure: str, paper: str = "tong") -> str:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, run in runs.items():
-        ax.plot(np.arange(1, len(run.accuracy) + 1), getattr(run, field), label=name)
+        ax.plot(np.arange(1, len(run.accuracy) + 1), run.accuracy, label=name)
     ax.set_xlabel("time slot")
     ax.set_ylabel("average prediction accuracy")
     ax.legend()
-    path = os.path.join(options.output_dir, f"tong_fig{figure}_{options.setting}.png")
+    path = os.path.join(options.output_dir, f"{paper}_fig{figure}_{options.setting}.png")
     return save(fig, path, dpi=120)
 
 
@@ -132,7 +134,11 @@ DA_POLICIES = ("optimal", "bp_ucb", "quick_init_ucb", "round_robin", "random")
 
 def run_fig7(options: Options) -> dict:
     """Fig. 7 (FL&FA): Quick-Init 86.57% vs random 76.62%, 1.44% below optimal."""
-    _, runs = _run(options, FA_POLICIES, 200, 100)
+    return fig7_numbers(options, _run(options, FA_POLICIES, 200, 100)[1], "7")
+
+
+def fig7_numbers(options: Options, runs: dict, figure: str, paper: str = "tong") -> dict:
+    """Fig. 7's numbers and claims from the runs of `FA_POLICIES`; plots them."""
     acc = {name: _accuracy(run) for name, run in runs.items()}
     gap = acc["optimal"]["final"] - acc["quick_init_ucb"]["final"]
     return {
@@ -140,7 +146,7 @@ def run_fig7(options: Options) -> dict:
         "gap_final": gap,
         "gap_average": acc["optimal"]["average"] - acc["quick_init_ucb"]["average"],
         "paper": {"quick_init_ucb": 0.8657, "random": 0.7662, "gap": 0.0144},
-        "figure_path": _curves(runs, options, "7"),
+        "figure_path": _curves(runs, options, figure, paper),
         "holds": {
             "gap_below_1.44_points": gap < 0.0144,
             "order": acc["optimal"]["average"]
@@ -180,7 +186,11 @@ def run_fig8(options: Options) -> dict:
 
 def run_fig9(options: Options) -> dict:
     """Fig. 9 (FL&DA): BP-UCB 86.28% vs random 72.02%, < 3.12% below optimal."""
-    _, runs = _run(options, DA_POLICIES, 200, 100)
+    return fig9_numbers(options, _run(options, DA_POLICIES, 200, 100)[1], "9")
+
+
+def fig9_numbers(options: Options, runs: dict, figure: str, paper: str = "tong") -> dict:
+    """Fig. 9's numbers and claims from the runs of `DA_POLICIES`; plots them."""
     acc = {name: _accuracy(run) for name, run in runs.items()}
     gap = acc["optimal"]["final"] - acc["bp_ucb"]["final"]
     return {
@@ -188,7 +198,7 @@ def run_fig9(options: Options) -> dict:
         "gap_final": gap,
         "gap_average": acc["optimal"]["average"] - acc["bp_ucb"]["average"],
         "paper": {"bp_ucb": 0.8628, "random": 0.7202, "gap": 0.0312},
-        "figure_path": _curves(runs, options, "9"),
+        "figure_path": _curves(runs, options, figure, paper),
         "holds": {
             "gap_below_3.12_points": gap < 0.0312,
             "bp_ucb_slightly_below_quick_init": acc["bp_ucb"]["average"]
