@@ -44,17 +44,23 @@ def _data(options: Options) -> FederatedData:
     return load_data(options, "digits", N, "mixed_sizes", num_iid=K, heldout_from_test=True)
 
 
-def _env(options: Options, data: FederatedData, analytics: str = "fa", k: int = K):
+def fl_env(data: FederatedData, analytics: str = "fa", k: int = K, warm_start: bool = True):
+    """The figures' FL&FA ("fa") or FL&DA ("da") slots on `data`: the paper's L, E, B and
+    theta, a linear SVM with the calibrated step."""
     model = models.get("linear_svm", data.x.shape[2:], data.num_classes)
     return envs.make(
         f"fl_{analytics}",
-        N,
+        data.x.shape[0],
         k,
         data=data,
         model=model,
         learning_rate=LEARNING_RATE,
-        warm_start=options.setting == "calibrated",
+        warm_start=warm_start,
     )
+
+
+def _env(options: Options, data: FederatedData, analytics: str = "fa", k: int = K):
+    return fl_env(data, analytics, k, warm_start=options.setting == "calibrated")
 
 
 def _first_slot_losses(env, policy, trials: int, seed: int) -> np.ndarray:
