@@ -1,4 +1,4 @@
-"""Tong et al.'s reproductions on a small setting: Fig. 8's claim; the policies on the
+"""Tong et al.'s reproductions on a small setting: Fig. 8's claim; BP-UCB on the
 training slots; the training figures' dataset check."""
 
 import numpy as np
@@ -21,17 +21,17 @@ def test_fig8_beliefs_settle_within_about_ten_slots(tmp_path):
     assert (tmp_path / "tong_fig8_literal.png").exists()
 
 
-def test_quick_init_and_bp_ucb_run_unchanged_on_the_training_slots():
-    # Tong et al.'s slots with training (N = 6, K = 2): 3 cold-start slots, then 2 more.
-    kw = dict(rounds_per_slot=2, num_epochs=1)
-    fa = run_trials(bandits.quick_init_ucb(6, 2, horizon=5), envs.make("fl_fa", 6, 2, **kw), 5, 2)
-    da = run_trials(bandits.bp_ucb(6, 2), envs.make("fl_da", 6, 2, **kw), 5, 2)
-    for run in (fa, da):
-        # Every client once in the cold start, K clients a slot.
-        assert np.all(run.counts >= 1) and np.all(run.counts.sum(1) == 10)
-        np.testing.assert_allclose(run.expected, run.reward)  # no oracle: realised values
-        assert np.all((run.accuracy > 0.0) & (run.accuracy <= 1.0))
-    assert da.belief.shape == (5, 6) and np.all((da.belief > 0.0) & (da.belief < 1.0))
+def test_bp_ucb_runs_unchanged_on_the_training_slots():
+    # Tong et al.'s FL&DA slots with training (N = 6, K = 2): 3 cold-start slots, then 2
+    # more. BP-UCB reads each client's own opinion (Feedback.reward) and all N opinions
+    # (Feedback.info["opinions"], which Quick-Init UCB reads too, as on the surrogate).
+    env = envs.make("fl_da", 6, 2, rounds_per_slot=2, num_epochs=1)
+    run = run_trials(bandits.bp_ucb(6, 2), env, 5, 2)
+    # Every client once in the cold start, K clients a slot.
+    assert np.all(run.counts >= 1) and np.all(run.counts.sum(1) == 10)
+    np.testing.assert_allclose(run.expected, run.reward)  # no oracle: realised values
+    assert np.all((run.accuracy > 0.0) & (run.accuracy <= 1.0))
+    assert run.belief.shape == (5, 6) and np.all((run.belief > 0.0) & (run.belief < 1.0))
 
 
 def test_training_figures_check_their_dataset_before_anything_runs(tmp_path):
