@@ -20,8 +20,9 @@ Feedback: `observed` is the selected set; `info["opinions"]` (f32[N]) holds all 
 opinions, as the analytics step collects them (FA: uploaded to the server; DA: the
 input of belief propagation); `info["arrivals"]` (f32[N]) how many of the L rounds each
 client's update arrived; `info["round_loss"]` (f32[L]) the arrived clients' mean local
-training loss per round, weighted by |D_k| (0 in a round where none arrived), Fig. 5(a).
-`reward` is what a selected client learns:
+training loss per round, weighted by |D_k| (0 in a round where none arrived), Fig. 5(a);
+`success` marks the selected clients whose update arrived in all L rounds. `reward` is
+what a selected client learns:
 
   - FL&FA (`analytics="fa"`): the set reward, the mean opinion (eq. 8), for every client;
   - FL&DA (`analytics="da"`): its own opinion r_{t,n} (the terms of eq. 18).
