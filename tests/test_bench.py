@@ -120,8 +120,8 @@ def test_memory_run_command_line(tmp_path):
     # numbers of an unchunked run of the same seed.
     env, policies = envs.bernoulli(20, 2), {"ucb": bandits.make("ucb", 20, 2)}
     assert runner.trials_per_chunk_for_budget(policies, env, 4, 5, 10**9) == 8
-    # What the run keeps whatever the chunking is a few hundred bytes here.
-    budget = 3 * runner.trial_memory_bytes(env, policies["ucb"]) + 1024
+    # What the run keeps whatever the chunking is about a kilobyte here (1,048 bytes).
+    budget = 3 * runner.trial_memory_bytes(env, policies["ucb"]) + 2048
     assert runner.trials_per_chunk_for_budget(policies, env, 4, 5, budget) == 2
     out = tmp_path / "memory.json"
     _run_module(

@@ -57,18 +57,20 @@ def test_every_entry_has_a_row():
 
 
 def _run(env: Env, keys, params=None):
-    """ROUNDS rounds of one trial per key (oracle decisions), under jit and vmap."""
+    """(input, decision, feedback, state, stats) of ROUNDS rounds of one trial per key
+    (oracle decisions) under jit and vmap, stacked [TRIALS, ROUNDS, ...]. The rounds are a
+    `lax.scan`, which refuses a state whose shapes or dtypes change from round to round."""
 
     def trial(key, params):
-        state = env.reset(key, params)
-        outputs = []
-        for t in range(1, ROUNDS + 1):
+        def one_round(state, t):
             obs_key, step_key = jax.random.split(jax.random.fold_in(key, t))
             inp = env.observe(state, t, obs_key, params)
             decision = _oracle(env, state, inp, params)
             feedback, state, stats = env.step(state, inp, decision, step_key, params)
-            outputs.append((inp, decision, feedback, state, stats))
-        return outputs
+            return state, (inp, decision, feedback, state, stats)
+
+        rounds = jnp.arange(1, ROUNDS + 1, dtype=jnp.int32)
+        return jax.lax.scan(one_round, env.reset(key, params), rounds)[1]
 
     return jax.jit(jax.vmap(trial, in_axes=(0, None)))(keys, params)
 
@@ -79,10 +81,6 @@ def _oracle(env, state, inp, params):
     return Decision(jnp.arange(N) < K)
 
 
-def _signature(tree):
-    return jax.tree.map(lambda x: (x.shape, x.dtype), tree)
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_contract_under_jit_and_vmap(name):
     env = envs.make(name, N, K)
@@ -90,32 +88,27 @@ def test_contract_under_jit_and_vmap(name):
     # A cohort cap where one is declared (None: any cohort, e.g. exchange_time's FedCS).
     assert env.num_selected is None or 1 <= env.num_selected <= N
     keys = jax.random.split(jax.random.PRNGKey(0), TRIALS)
-    rounds = _run(env, keys)
-    first = _signature(rounds[0])
-    for later in rounds[1:]:
-        assert _signature(later) == first
-    inp, decision, feedback, state, stats = rounds[0]
-    assert inp.available.shape == (TRIALS, N) and inp.available.dtype == jnp.bool_
+    inp, decision, feedback, state, stats = _run(env, keys)
+    assert inp.available.shape == (TRIALS, ROUNDS, N) and inp.available.dtype == jnp.bool_
     assert inp.t.dtype == jnp.int32
-    assert decision.selected.shape == (TRIALS, N)
+    assert decision.selected.shape == (TRIALS, ROUNDS, N)
     for field in ("observed", "success"):
-        assert getattr(feedback, field).shape == (TRIALS, N)
+        assert getattr(feedback, field).shape == (TRIALS, ROUNDS, N)
         assert getattr(feedback, field).dtype == jnp.bool_
     for field in ("reward", "latency"):
-        assert getattr(feedback, field).shape == (TRIALS, N)
+        assert getattr(feedback, field).shape == (TRIALS, ROUNDS, N)
         assert getattr(feedback, field).dtype == jnp.float32
     for field in ("expected_reward", "reward", "latency", "num_failed"):
-        assert getattr(stats, field).shape == (TRIALS,), field
+        assert getattr(stats, field).shape == (TRIALS, ROUNDS), field
     if env.oracle is None:
         assert stats.oracle_reward is None
     else:
-        assert stats.oracle_reward.shape == (TRIALS,)
+        assert stats.oracle_reward.shape == (TRIALS, ROUNDS)
         # The oracle's own decision has zero pseudo-regret.
-        for *_, s in rounds:
-            np.testing.assert_allclose(s.oracle_reward, s.expected_reward, rtol=1e-6)
+        np.testing.assert_allclose(stats.oracle_reward, stats.expected_reward, rtol=1e-6)
     # Defaults closed over (omitted) and passed traced (a jit argument): the same bits.
     explicit = _run(env, keys, env.params)
-    jax.tree.map(np.testing.assert_array_equal, explicit, rounds)
+    jax.tree.map(np.testing.assert_array_equal, explicit, (inp, decision, feedback, state, stats))
 
 
 @pytest.mark.parametrize("name", SWEPT)
@@ -224,29 +217,28 @@ def _random_accepted_regrets(env: Env, key, num_decisions=64):
     the cohort (random subsets of the available clients), and whether the environment
     accepts each (`Env.feasible`), over ROUNDS rounds of one trial."""
     cohort = env.num_selected or N
-    state = env.reset(key)
-    regrets, accepted = [], []
-    for t in range(1, ROUNDS + 1):
+
+    def one(k, state, inp, step_key):
+        size_key, order_key = jax.random.split(k)
+        size = jax.random.randint(size_key, (), 0, cohort + 1)
+        scores = jnp.where(inp.available, jax.random.uniform(order_key, (N,)), -1.0)
+        rank = jnp.argsort(jnp.argsort(-scores))
+        decision = Decision(inp.available & (rank < size))
+        _, _, stats = env.step(state, inp, decision, step_key)
+        ok = True if env.feasible is None else env.feasible(state, inp, decision)
+        return stats.oracle_reward - stats.expected_reward, jnp.broadcast_to(ok, ())
+
+    def one_round(state, t):
         obs_key, step_key, decision_key = jax.random.split(jax.random.fold_in(key, t), 3)
         inp = env.observe(state, t, obs_key)
-
-        def one(k, state, inp, step_key):
-            size_key, order_key = jax.random.split(k)
-            size = jax.random.randint(size_key, (), 0, cohort + 1)
-            scores = jnp.where(inp.available, jax.random.uniform(order_key, (N,)), -1.0)
-            rank = jnp.argsort(jnp.argsort(-scores))
-            decision = Decision(inp.available & (rank < size))
-            _, _, stats = env.step(state, inp, decision, step_key)
-            ok = True if env.feasible is None else env.feasible(state, inp, decision)
-            return stats.oracle_reward - stats.expected_reward, ok
-
         r, ok = jax.vmap(one, in_axes=(0, None, None, None))(
             jax.random.split(decision_key, num_decisions), state, inp, step_key
         )
-        regrets.append(r)
-        accepted.append(jnp.broadcast_to(ok, r.shape))
         _, state, _ = env.step(state, inp, env.oracle(state, inp), step_key)
-    return jnp.stack(regrets), jnp.stack(accepted)
+        return state, (r, ok)
+
+    rounds = jnp.arange(1, ROUNDS + 1, dtype=jnp.int32)
+    return jax.lax.scan(one_round, env.reset(key), rounds)[1]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in WITHOUT_ORACLE])

@@ -7,7 +7,7 @@ reward and regret entries were re-recorded; every other entry is the original.
 Selections (which clients, how often) are compared exactly; floating-point metrics to a
 relative 1e-6, since a processor with other vector widths may sum a trial's clients in
 another order. Regenerate (only for a documented change of results) with
-`FEDJAX_SEL_WRITE_GOLDEN=1 python -m pytest tests/test_golden.py`.
+`python tests/test_golden.py`.
 """
 
 import os
@@ -21,7 +21,6 @@ import fedjax_sel
 from fedjax_sel import envs, ops
 
 PATH = os.path.join(os.path.dirname(__file__), "golden", "golden.npz")
-WRITE = os.environ.get("FEDJAX_SEL_WRITE_GOLDEN") == "1"
 
 
 def _runs():
@@ -132,33 +131,54 @@ def _kernel_outputs():
     return {name: np.asarray(x) for name, x in out.items()}
 
 
-def _collect():
-    arrays = _kernel_outputs()
-    for run, (env, policies, num_rounds, num_trials) in _runs().items():
-        results = fedjax_sel.simulate(
-            policies, env, num_rounds=num_rounds, num_trials=num_trials, seed=3, progress=None
-        )
-        for policy in results.policies:
-            arrays[f"fraction/{run}/{policy}"] = results.selection_fraction[policy]
-            for metric, curve in results.curves[policy].items():
-                arrays[f"curve/{run}/{policy}/{metric}"] = curve["mean"]
-            for total, x in results.totals[policy].items():
-                arrays[f"total/{run}/{policy}/{total}"] = x
+def _collect(part):
+    """The arrays of one part: "ops" (the selection ops) or the name of a run."""
+    if part == "ops":
+        return _kernel_outputs()
+    env, policies, num_rounds, num_trials = _runs()[part]
+    results = fedjax_sel.simulate(
+        policies, env, num_rounds=num_rounds, num_trials=num_trials, seed=3, progress=None
+    )
+    arrays = {}
+    for policy in results.policies:
+        arrays[f"fraction/{part}/{policy}"] = results.selection_fraction[policy]
+        for metric, curve in results.curves[policy].items():
+            arrays[f"curve/{part}/{policy}/{metric}"] = curve["mean"]
+        for total, x in results.totals[policy].items():
+            arrays[f"total/{part}/{policy}/{total}"] = x
     return arrays
 
 
-@pytest.fixture(scope="module")
-def collected():
-    arrays = _collect()
-    if WRITE:
-        np.savez_compressed(PATH, **arrays)
-    return arrays
+# The parts, one test each (so that they spread over the test workers).
+PARTS = (
+    "ops",
+    "bernoulli37",
+    "bernoulli1000",
+    "bernoulli1500",
+    "gaussian100",
+    "wireless",
+    "exchange_time",
+    "dfl_delay",
+)
 
 
-def test_golden_results_are_unchanged(collected):
+def _part_of(name):
+    return name.split("/")[1] if name.startswith(("fraction/", "curve/", "total/")) else "ops"
+
+
+def test_every_run_is_a_part():
+    assert set(PARTS) == {"ops", *_runs()}
     with np.load(PATH) as golden:
-        assert sorted(golden.files) == sorted(collected)
-        for name in golden.files:
+        assert {_part_of(name) for name in golden.files} == set(PARTS)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_golden_results_are_unchanged(part):
+    collected = _collect(part)
+    with np.load(PATH) as golden:
+        names = [name for name in golden.files if _part_of(name) == part]
+        assert sorted(names) == sorted(collected)
+        for name in names:
             want, got = golden[name], collected[name]
             exact = (
                 name.startswith(("fraction/", "masked_top_k", "top_k_mask", "uniform_subset"))
@@ -169,3 +189,7 @@ def test_golden_results_are_unchanged(collected):
                 np.testing.assert_array_equal(got, want, err_msg=name)
             else:
                 np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+if __name__ == "__main__":
+    np.savez_compressed(PATH, **{k: v for part in PARTS for k, v in _collect(part).items()})

@@ -29,12 +29,18 @@ def _policies():
     return {"ucb": bandits.ucb(N, K), "thompson": bandits.thompson(N, K)}
 
 
-def _run(**kwargs):
+# One environment and one set of policies for `_run`: `simulate` keeps the programs it
+# compiled for the same objects, so the runs of this module compile each shape once.
+# `test_same_seed_is_bit_identical` builds its own, to trace and compile anew.
+ENV, POLICIES = _env(), _policies()
+
+
+def _run(policies=POLICIES, env=ENV, **kwargs):
     kwargs.setdefault("num_rounds", 23)
     kwargs.setdefault("num_trials", 10)
     kwargs.setdefault("seed", 3)
     kwargs.setdefault("progress", None)
-    return fedjax_sel.simulate(_policies(), _env(), **kwargs)
+    return fedjax_sel.simulate(policies, env, **kwargs)
 
 
 def _assert_identical(a, b):
@@ -53,11 +59,11 @@ def reference():
 
 
 def test_same_seed_is_bit_identical(reference):
-    _assert_identical(reference, _run())
+    _assert_identical(reference, _run(_policies(), _env()))
 
 
 def test_different_seed_differs(reference):
-    other = fedjax_sel.simulate(_policies(), _env(), 23, 10, seed=4, progress=None)
+    other = _run(seed=4)
     assert not np.array_equal(
         reference.totals["ucb"]["cumulative_regret"], other.totals["ucb"]["cumulative_regret"]
     )
@@ -397,7 +403,7 @@ def test_results_do_not_depend_on_device_count():
         run = lambda devs, **kw: fedjax_sel.simulate(
             sel, env, 17, 10, seed=3, progress=None, devices=devs, **kw)
         a = run(jax.devices()[:1])
-        budget = 8 * runner.trial_memory_bytes(env, sel) + 17 * 12 * 8 + 10 * 7 * 4
+        budget = 8 * runner.trial_memory_bytes(env, sel) + 17 * 12 * 16 + 10 * 7 * 8
         runs = [run(jax.devices()[:2]), run(jax.devices()), run(jax.devices()[:3],
                 trials_per_chunk=4), run(jax.devices(), memory_budget_bytes=budget)]
         assert [r.config["trials_per_chunk"] for r in runs] == [16, 16, 4, 8]
