@@ -7,7 +7,15 @@ registration with its options bound (`thompson_gaussian`). Every entry is checke
 tests/test_policy_conformance.py.
 """
 
-from bandits.baselines import fixed, group_round_robin, oracle, random, round_robin
+from bandits.baselines import (
+    fixed,
+    group_round_robin,
+    oracle,
+    random,
+    round_robin,
+    set_round_robin,
+)
+from bandits.belief_propagation import BPUCBState, bp_ucb, client_graph, kappa_bp
 from bandits.cocs import COCSState, cocs
 from bandits.cs_ucb import cs_ucb, cs_ucb_q, modified_cs_ucb
 from bandits.dfl_ccmab import dfl_ccmab
@@ -23,18 +31,21 @@ from bandits.rbcs_f import (
     rbcs_f,
     theory_exploration,
 )
+from bandits.super_arms import quick_init_ucb, super_arm_ucb
 from bandits.thompson import thompson
 from bandits.ucb import ucb
 from fedjax_sel.registry import Registry
 from fedjax_sel.types import Selector
 
 REGISTRY = Registry("policy")
+REGISTRY.register("bp_ucb", bp_ucb, uneven="fill")
+REGISTRY.register("bp_ucb_literal", bp_ucb, uneven="fill", belief_mode="literal")
 REGISTRY.register("cocs", cocs)
 REGISTRY.register("cocs_literal", cocs, fill_in=False)
 REGISTRY.register("cs_ucb", cs_ucb)
+REGISTRY.register("cs_ucb_q", cs_ucb_q)
 REGISTRY.register("cucb_base", cucb_base)
 REGISTRY.register("cucb_super", cucb_super)
-REGISTRY.register("cs_ucb_q", cs_ucb_q)
 REGISTRY.register("dfl_ccmab", dfl_ccmab)
 REGISTRY.register("dfl_ccmab_literal", dfl_ccmab, exploration_scale=1.0)
 REGISTRY.register("edge_linucb", edge_linucb)
@@ -48,9 +59,12 @@ REGISTRY.register("modified_cs_ucb", modified_cs_ucb)
 REGISTRY.register("oracle", oracle)
 REGISTRY.register("per_server_epsilon_greedy", per_server_epsilon_greedy)
 REGISTRY.register("per_server_random", per_server_random)
+REGISTRY.register("quick_init_ucb", quick_init_ucb, uneven="fill")
 REGISTRY.register("random", random)
 REGISTRY.register("rbcs_f", rbcs_f)
 REGISTRY.register("round_robin", round_robin)
+REGISTRY.register("set_round_robin", set_round_robin)
+REGISTRY.register("super_arm_ucb", super_arm_ucb)
 REGISTRY.register("thompson", thompson)
 REGISTRY.register("thompson_gaussian", thompson, prior="gaussian")
 REGISTRY.register("ucb", ucb)
@@ -62,20 +76,24 @@ def make(name: str, num_clients: int, num_selected: int, **hyperparameters) -> S
 
 
 __all__ = [
+    "bp_ucb",
+    "BPUCBState",
+    "client_graph",
     "cocs",
     "COCSState",
-    "cucb_base",
-    "cucb_super",
-    "edge_linucb",
-    "edge_random",
     "cs_ucb",
     "cs_ucb_q",
+    "cucb_base",
+    "cucb_super",
     "dfl_ccmab",
+    "edge_linucb",
+    "edge_random",
     "epsilon_greedy",
     "fedcs",
     "FedCSState",
     "fixed",
     "group_round_robin",
+    "kappa_bp",
     "local_accuracy",
     "lower_confidence_bound",
     "make",
@@ -83,11 +101,14 @@ __all__ = [
     "oracle",
     "per_server_epsilon_greedy",
     "per_server_random",
+    "quick_init_ucb",
     "random",
     "rbcs_f",
     "RBCSFState",
     "REGISTRY",
     "round_robin",
+    "set_round_robin",
+    "super_arm_ucb",
     "theory_exploration",
     "thompson",
     "ucb",

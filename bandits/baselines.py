@@ -148,3 +148,54 @@ def group_round_robin(num_clients: int, num_selected: int, shuffle: bool = False
         return state
 
     return Selector(init=init, select=select, update=update)
+
+
+def set_round_robin(
+    num_clients: int,
+    num_selected: int,
+    num_sets: int = 5,
+    first_set: Sequence[int] | None = None,
+) -> Selector:
+    """Round robin over predefined client sets (Tong et al. Sec. VI-B).
+
+    Slot t schedules set (t - 1) mod `num_sets`. The paper's five sets are
+    {1, 2, 11, 16, 20} (`first_set=(0, 1, 10, 15, 19)`, 0-based) and four sets "chosen
+    randomly": every set not given is a uniform K-subset drawn once per trial (spec A23;
+    sets may overlap). With `num_sets=1` and no `first_set` it is Fig. 5(c)'s "set 2", a
+    random set fixed for the whole trial.
+
+    Args:
+      num_clients: N >= 1.
+      num_selected: K, 1 <= K <= N.
+      num_sets: sets in the cycle, >= 1.
+      first_set: K distinct client indices in [0, N) for the first set, or None.
+
+    Returns:
+      A `Selector` whose state is the bool[num_sets, N] sets.
+    """
+    n = validation.positive_int("num_clients", num_clients)
+    k = validation.num_selected(num_selected, n)
+    sets = validation.positive_int("num_sets", num_sets)
+    first = None
+    if first_set is not None:
+        idx = np.asarray(first_set)
+        if idx.shape != (k,) or len(set(idx.tolist())) != k or idx.min() < 0 or idx.max() >= n:
+            raise ValueError(
+                f"first_set must be {k} distinct client indices in [0, {n - 1}], got {first_set!r}."
+            )
+        first = jnp.zeros((n,), bool).at[idx].set(True)
+
+    def init(key):
+        keys = jax.random.split(key, sets)
+        drawn = jax.vmap(lambda r: ops.uniform_subset(jnp.ones((n,), bool), k, r))(keys)
+        return drawn if first is None else drawn.at[0].set(first)
+
+    def select(state, inp, key):
+        del key
+        return Decision(state[(inp.t - 1) % sets] & inp.available), state
+
+    def update(state, decision, feedback):
+        del decision, feedback
+        return state
+
+    return Selector(init=init, select=select, update=update)

@@ -189,3 +189,34 @@ def test_mixed_errors():
         partition.mixed(_pool(), 5, num_iid=2, non_iid="mixed")
     with pytest.raises(ValueError, match="each client needs at least one"):
         partition.mixed(_pool(), 5, num_iid=2, iid_share=0.0)
+
+
+def test_mixed_sizes_gives_unequal_iid_then_two_label_clients():
+    labels = _pool(10, 600)
+    parts = partition.mixed_sizes(labels, 20, num_iid=5, seed=0)
+    sizes = np.array([len(p) for p in parts])
+    everything = np.concatenate(parts)
+    assert everything.size == np.unique(everything).size  # without replacement
+    # Spec A14's Uniform{1000..4000} at N = 20, scaled by n / 60,000 = 0.1.
+    assert sizes.min() >= 100 and sizes.max() <= 400 and np.unique(sizes).size > 10
+    assert all(np.unique(labels[p]).size == 10 for p in parts[:5])
+    for p in parts[5:]:
+        held = np.unique(labels[p], return_counts=True)[1]
+        assert held.size == 2 and held.max() - held.min() <= 1  # split evenly
+    again = partition.mixed_sizes(labels, 20, num_iid=5, seed=0)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    other = partition.mixed_sizes(labels, 20, num_iid=5, seed=1)
+    assert not all(np.array_equal(a, b) for a, b in zip(parts, other, strict=True))
+    given = partition.mixed_sizes(labels, 4, num_iid=1, sizes=np.array([5, 6, 7, 8]))
+    assert [len(p) for p in given] == [5, 6, 7, 8]
+
+
+def test_mixed_sizes_errors():
+    labels = _pool(3, 30)
+    with pytest.raises(ValueError, match="sizes"):
+        partition.mixed_sizes(labels, 3, num_iid=1, sizes=np.array([30, 30, 31]))
+    with pytest.raises(ValueError, match="sizes"):
+        partition.mixed_sizes(labels, 3, num_iid=1, sizes=np.array([1.5, 2.0, 2.0]))
+    # The first client takes 23 and 22 of two labels; the two with the most left hold 38.
+    with pytest.raises(ValueError, match="the most left hold 38"):
+        partition.mixed_sizes(labels, 2, num_iid=0, sizes=np.array([45, 45]))

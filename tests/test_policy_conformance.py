@@ -69,6 +69,11 @@ def _hierarchical() -> Setting:
     return Setting(envs.hierarchical(N, K, generator="synthetic"), N)
 
 
+def _opinions() -> Setting:
+    # Every client's test opinion in Feedback.info (Tong et al.'s FL&FA / FL&DA).
+    return Setting(envs.opinion_surrogate(N, K), K)
+
+
 def _training_with_local_accuracy() -> Setting:
     pool = fed_data.gaussian_mixture(
         seed=0, num_train=6 * N, num_test=90, num_classes=2, image_shape=(2, 2, 1)
@@ -89,13 +94,17 @@ ENVIRONMENTS = {
     "edge_linucb": _hierarchical,
     "edge_linucb_disjoint": _hierarchical,
     "edge_random": _hierarchical,
+    "bp_ucb": _opinions,
+    "bp_ucb_literal": _opinions,
     "dfl_ccmab": _edge_servers,
     "dfl_ccmab_literal": _edge_servers,
     "fedcs": _exchange_time_uncapped,
     "local_accuracy": _training_with_local_accuracy,
     "per_server_epsilon_greedy": _edge_servers,
     "per_server_random": _edge_servers,
+    "quick_init_ucb": _opinions,
     "rbcs_f": _exchange_time,
+    "super_arm_ucb": _opinions,
 }
 
 CALLBACK_PRIMITIVES = ("callback",)  # pure_callback, io_callback, debug_callback, ...

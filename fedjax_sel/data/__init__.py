@@ -10,6 +10,7 @@ from fedjax_sel.data.partition import (
     iid,
     label_shards,
     mixed,
+    mixed_sizes,
     unbalanced,
 )
 from fedjax_sel.data.sources import load_digits, load_tfds
@@ -29,6 +30,7 @@ __all__ = [
     "load_digits",
     "load_tfds",
     "mixed",
+    "mixed_sizes",
     "pack",
     "pad_clients",
     "synthetic_leaf",

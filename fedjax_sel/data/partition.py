@@ -305,8 +305,8 @@ def mixed(
     n = labels.size
     num_clients = _num_clients(num_clients, n)
     num_iid = validation.int_in_range("num_iid", num_iid, 0, num_clients)
-    if non_iid not in PARTITIONERS or non_iid == "mixed":
-        valid = sorted(set(PARTITIONERS) - {"mixed"})
+    if non_iid not in PARTITIONERS or non_iid in ("mixed", "mixed_sizes"):
+        valid = sorted(set(PARTITIONERS) - {"mixed", "mixed_sizes"})
         raise ValueError(f"non_iid must be one of {valid}, got {non_iid!r}.")
     share = num_iid / num_clients if iid_share is None else iid_share
     share = validation.probability("iid_share", share)
@@ -334,10 +334,97 @@ def mixed(
     return parts
 
 
+def mixed_sizes(
+    labels,
+    num_clients: int,
+    *,
+    seed: int = 0,
+    num_iid: int = 5,
+    labels_per_client: int = 2,
+    sizes=None,
+) -> ClientIndices:
+    """IID clients first, then label-skewed ones, all of unequal sizes (Tong et al. A14).
+
+    Client n holds |D_n| examples drawn without replacement from the pool. Sizes default
+    to the spec's Uniform{1000..4000} for N = 20 (scaled by 20 / N), scaled once more by
+    n / 60,000 to the pool (MNIST's 60,000 images keep the spec's numbers), all scaled
+    down where their sum would exceed 5/6 of the pool (the mean draw's share), and at
+    least `labels_per_client`. The first `num_iid` clients
+    draw theirs uniformly from the whole pool (IID); each other client then takes the
+    `labels_per_client` labels with the most examples left (ties at random), split as
+    evenly as their remaining examples allow (McMahan et al.'s pathological label
+    skew); the largest take theirs first, so that the labels' capacity lasts.
+
+    Args:
+      labels: int[n], labels of the pool.
+      num_clients: N.
+      seed: seed of the sizes and the draws.
+      num_iid: IID clients, in [0, N] (the paper's clients 1-5).
+      labels_per_client: labels of each non-IID client, in [1, number of labels].
+      sizes: optional int[N] >= 1 of dataset sizes (sum <= n) instead of the default.
+
+    Returns:
+      N disjoint index arrays, IID clients first.
+
+    Raises:
+      ValueError: if the sizes do not fit the pool or a label-skewed client's
+        `labels_per_client` labels with the most examples left hold fewer than its size.
+    """
+    labels = _labels(labels)
+    n = labels.size
+    num_clients = _num_clients(num_clients, n)
+    num_iid = validation.int_in_range("num_iid", num_iid, 0, num_clients)
+    classes = np.unique(labels)
+    per = validation.int_in_range("labels_per_client", labels_per_client, 1, classes.size)
+    rng = np.random.default_rng(seed)
+    if sizes is None:
+        draws = rng.integers(1000, 4001, num_clients) * (20.0 / num_clients) * n / 60000.0
+        # At most 5/6 of the pool (the mean draw's share), so that the labels last.
+        draws = draws * min(1.0, (5.0 / 6.0) * n / draws.sum())
+        sizes = np.maximum(np.floor(draws).astype(np.int64), per)
+    sizes = np.asarray(sizes)
+    if (
+        sizes.shape != (num_clients,)
+        or not np.issubdtype(sizes.dtype, np.integer)
+        or np.any(sizes < 1)
+        or sizes.sum() > n
+    ):
+        raise ValueError(
+            f"sizes must be int[{num_clients}] with entries >= 1 and sum <= {n}, got {sizes!r}."
+        )
+    perm = rng.permutation(n)
+    iid_end = int(sizes[:num_iid].sum())
+    parts = np.split(perm[:iid_end], np.cumsum(sizes[:num_iid])[:-1])[:num_iid]
+    rest = perm[iid_end:]
+    left = [rest[labels[rest] == c] for c in classes]
+    skewed: dict[int, np.ndarray] = {}
+    # Largest first, so that the labels' capacity lasts for the small ones at the end.
+    for client in num_iid + np.argsort(-sizes[num_iid:], kind="stable"):
+        remaining = np.array([pool.size for pool in left])
+        chosen = np.lexsort((rng.random(classes.size), -remaining))[:per]
+        need = int(sizes[client])
+        if remaining[chosen].sum() < need:
+            raise ValueError(
+                f"client {client} needs {need} examples of {per} labels, but the {per} "
+                f"labels with the most left hold {remaining[chosen].sum()}; pass smaller "
+                "sizes or a larger pool."
+            )
+        taken = []
+        # Fair shares of what is still needed, the label with the fewest left first.
+        for j, c in enumerate(chosen[np.argsort(remaining[chosen], kind="stable")]):
+            m = min(int(remaining[c]), -(-need // (per - j)))
+            taken.append(left[c][:m])
+            left[c] = left[c][m:]
+            need -= m
+        skewed[int(client)] = rng.permutation(np.concatenate(taken))
+    return parts + [skewed[c] for c in range(num_iid, num_clients)]
+
+
 PARTITIONERS = {
     "iid": iid,
     "unbalanced": unbalanced,
     "label_shards": label_shards,
     "dirichlet": dirichlet,
     "mixed": mixed,
+    "mixed_sizes": mixed_sizes,
 }

@@ -6,9 +6,9 @@ name through `make`. Availability processes (`availability.always`, `bernoulli`,
 `trace`) are parts any environment takes (`availability=`) or wears
 (`with_availability`).
 
-The training-backed environment imports flax and optax: it is loaded on first use
-(`envs.training`, `envs.TrainingState`, or `make("training", ...)`), so that
-`import fedjax_sel` stays light.
+The training-backed environments import flax and optax: they are loaded on first use
+(`envs.training`, `envs.TrainingState`, `envs.goal_directed`, or `make("training", ...)`,
+`make("fl_fa", ...)`, `make("fl_da", ...)`), so that `import fedjax_sel` stays light.
 """
 
 from fedjax_sel.envs import availability
@@ -21,19 +21,32 @@ from fedjax_sel.envs.exchange_time import (
     true_coefficients,
 )
 from fedjax_sel.envs.hierarchical import HierarchicalParams, HierarchicalState, hierarchical
+from fedjax_sel.envs.opinion_surrogate import (
+    OpinionSurrogateParams,
+    OpinionSurrogateState,
+    opinion_surrogate,
+)
 from fedjax_sel.envs.stationary import StationaryParams, StationaryState, bernoulli, beta, gaussian
 from fedjax_sel.envs.wireless_latency import WirelessLatencyParams, WirelessState, wireless_latency
 from fedjax_sel.registry import Registry
 
-_LAZY = ("training", "TrainingParams", "TrainingState")
+_LAZY = {
+    "training": "training_env",
+    "TrainingParams": "training_env",
+    "TrainingState": "training_env",
+    "goal_directed": "goal_directed",
+    "GoalDirectedParams": "goal_directed",
+    "GoalDirectedState": "goal_directed",
+}
 
 
-def _load_training():
-    """Imports the training module (`training_env`) and binds its names here."""
+def _load(module_name: str):
+    """Imports a training-backed module and binds its lazy names here."""
     import importlib
 
-    module = importlib.import_module("fedjax_sel.envs.training_env")
-    globals().update({name: getattr(module, name) for name in _LAZY})
+    module = importlib.import_module(f"fedjax_sel.envs.{module_name}")
+    names = [name for name, owner in _LAZY.items() if owner == module_name]
+    globals().update({name: getattr(module, name) for name in names})
     return module
 
 
@@ -43,7 +56,18 @@ def _training(num_clients, num_selected, **parameters):
     Without `data` and `model` it trains logistic regression on a small synthetic task
     (`training.synthetic_task`).
     """
-    return _load_training().training(num_clients, num_selected, **parameters)
+    return _load("training_env").training(num_clients, num_selected, **parameters)
+
+
+def _fl_fa(num_clients, num_selected, **parameters):
+    """Tong et al.'s FL&FA slots (`fedjax_sel.envs.goal_directed.goal_directed`, the set
+    reward), imported on call; without `data` and `model` on `goal_directed_task`."""
+    return _load("goal_directed").goal_directed(num_clients, num_selected, "fa", **parameters)
+
+
+def _fl_da(num_clients, num_selected, **parameters):
+    """Tong et al.'s FL&DA slots (each client's own opinion), imported on call."""
+    return _load("goal_directed").goal_directed(num_clients, num_selected, "da", **parameters)
 
 
 REGISTRY = Registry("environment")
@@ -51,8 +75,11 @@ REGISTRY.register("bernoulli", bernoulli)
 REGISTRY.register("beta", beta)
 REGISTRY.register("dfl_delay", dfl_delay)
 REGISTRY.register("exchange_time", exchange_time)
+REGISTRY.register("fl_da", _fl_da)
+REGISTRY.register("fl_fa", _fl_fa)
 REGISTRY.register("gaussian", gaussian)
 REGISTRY.register("hierarchical", hierarchical)
+REGISTRY.register("opinion_surrogate", opinion_surrogate)
 REGISTRY.register("training", _training)
 REGISTRY.register("wireless_latency", wireless_latency)
 
@@ -64,7 +91,7 @@ def make(name: str, num_clients: int, num_selected: int, **parameters):
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(_load_training(), name)
+        return getattr(_load(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -84,7 +111,13 @@ __all__ = [
     "hierarchical",
     "HierarchicalParams",
     "HierarchicalState",
+    "goal_directed",
+    "GoalDirectedParams",
+    "GoalDirectedState",
     "make",
+    "opinion_surrogate",
+    "OpinionSurrogateParams",
+    "OpinionSurrogateState",
     "REGISTRY",
     "StationaryParams",
     "StationaryState",

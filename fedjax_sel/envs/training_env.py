@@ -114,7 +114,9 @@ class TrainingState(NamedTuple):
     availability: Any = None
 
 
-def _check_data(data: FederatedData, model: Model, num_clients: int) -> None:
+def check_data(data: FederatedData, model: Model, num_clients: int) -> None:
+    """ValueError unless `data` holds `num_clients` clients whose features and classes fit
+    `model`, with counts in [1, n_max]."""
     if not isinstance(data, FederatedData):
         raise ValueError(
             f"data must be a fedjax_sel.data.FederatedData, got {type(data).__name__}."
@@ -314,7 +316,7 @@ def training(
         agg = aggregate.decentralized(groups, mixing, False if drop_late is None else drop_late)
     if data is None and model is None:
         data, model = synthetic_task(n)
-    _check_data(data, model, n)
+    check_data(data, model, n)
     update_fn = local_sgd(model.apply, learning_rate, batch_size, num_epochs, num_steps, optimizer)
     has_oracle = feedback in ("latency", "success")
     if delay_env is not None:

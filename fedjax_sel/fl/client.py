@@ -100,6 +100,7 @@ def local_sgd(
     num_epochs: int | None = 1,
     num_steps: int | None = None,
     optimizer: optax.GradientTransformation | None = None,
+    loss: Callable[[chex.Array, chex.Array, chex.Array], chex.Array] | None = None,
 ) -> ClientUpdate:
     """Builds a client update: minibatch SGD on the client's real examples.
 
@@ -117,6 +118,9 @@ def local_sgd(
         `num_epochs` is given.
       optimizer: an optax optimizer replacing `optax.sgd(learning_rate)`; its state
         starts fresh at every round.
+      loss: `(logits f32[B, C], labels int32[B], mask f32[B]) -> f32[]`, the masked mean
+        loss (e.g. `models.default_loss(name)`, the hinge loss of a linear SVM); None for
+        `masked_cross_entropy`.
 
     Returns:
       `update(params, x f32[N, n_max, ...], y int32[N, n_max], client int32[],
@@ -139,8 +143,13 @@ def local_sgd(
     elif not isinstance(optimizer, optax.GradientTransformation):
         raise ValueError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r}.")
 
+    if loss is None:
+        loss = masked_cross_entropy
+    elif not callable(loss):
+        raise ValueError(f"loss must be callable (logits, labels, mask) -> f32[], got {loss!r}.")
+
     def loss_fn(params, xb, yb, mb):
-        return masked_cross_entropy(apply_fn(params, xb), yb, mb)
+        return loss(apply_fn(params, xb), yb, mb)
 
     def run_batches(carry, rows, index, valid):
         """Minibatch steps; `rows(index)` gathers one minibatch of the client's examples."""
