@@ -71,7 +71,7 @@ def test_moments_survive_a_mean_far_larger_than_the_spread():
     np.testing.assert_allclose(std, x.astype(np.float64).std(), rtol=1e-6)
 
 
-def test_curve_std_at_a_long_horizon_equals_the_totals_std():
+def test_curve_std_at_a_long_horizon_equals_the_totals_std(optimized):
     """`random` on fixed Bernoulli means at T = 1e5: the curve's std at T is the per-trial
     totals' std (it was 0.000 with f32 moments of 12-bit squares, against 222.8)."""
     env = envs.bernoulli(5, 2, means=[0.1, 0.3, 0.5, 0.7, 0.9])

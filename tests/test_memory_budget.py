@@ -72,7 +72,7 @@ def test_chunk_pads_the_trials_least(num_trials, fits, expected):
     assert chunk == expected
 
 
-def test_results_equal_the_unchunked_run():
+def test_results_equal_the_unchunked_run(optimized):
     env = envs.bernoulli(N, K)
     sel = bandits.ucb(N, K)
     per_trial = runner.trial_memory_bytes(env, sel)

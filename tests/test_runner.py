@@ -53,8 +53,9 @@ def _assert_identical(a, b):
         np.testing.assert_array_equal(a.selection_fraction[policy], b.selection_fraction[policy])
 
 
-@pytest.fixture(scope="module")
-def reference():
+@pytest.fixture
+def reference(optimized):
+    # Compiled once (the same objects, sizes and options), run again per test (10 trials).
     return _run()
 
 
