@@ -8,6 +8,7 @@ import numpy as np
 
 from bandits import arm_stats
 from fedjax_sel import ops, validation
+from fedjax_sel.ops import sampling
 from fedjax_sel.types import Decision, Selector
 
 PRIORS = ("beta", "gaussian")
@@ -24,7 +25,8 @@ def thompson(
     - `prior="beta"` (rewards in [0, 1]): client i's posterior is
       :math:`\mathrm{Beta}(1 + S_i, 1 + T_i - S_i)` with :math:`S_i` the sum of its
       observed rewards. For Bernoulli rewards this is the exact posterior; for rewards in
-      [0, 1] it is the fractional update, which keeps `update` deterministic.
+      [0, 1] it is the fractional update, which keeps `update` deterministic. The draw
+      is `ops.sampling.beta` (exact, bulk Marsaglia-Tsang attempts; a, b >= 1 here).
     - `prior="gaussian"`: :math:`\theta_i \sim N(S_i / (T_i + 1), v^2 / (T_i + 1))`
       (Agrawal and Goyal, 2013) with `v = prior_scale`.
 
@@ -59,7 +61,7 @@ def thompson(
         if prior == "beta":
             a = 1.0 + state.sums
             b = 1.0 + state.counts - state.sums
-            return jax.random.beta(key, a, b)
+            return sampling.beta(key, a, b)
         scale = v / jnp.sqrt(state.counts + 1.0)
         return state.sums / (state.counts + 1.0) + scale * jax.random.normal(key, (n,))
 

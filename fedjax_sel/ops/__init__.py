@@ -15,9 +15,11 @@ adds trial or edge-server axes.
 - `sherman_morrison_update` (`linalg`), `prefix_max_cost_top_k` (`latency`),
   `order_key` (`order`: the f32 total order as u32 that every op ranks by),
   `where_needed` (`batching`: a conditional that stays one under `jax.vmap`).
+- `sampling.gamma`, `sampling.beta`: exact Gamma and Beta draws for shapes >= 1 from
+  bulk Marsaglia-Tsang attempts (no per-element rejection loop).
 """
 
-from fedjax_sel.ops import assignment
+from fedjax_sel.ops import assignment, sampling
 from fedjax_sel.ops.batching import where_needed
 from fedjax_sel.ops.grouped import (
     budgeted_top_k,
@@ -49,6 +51,7 @@ __all__ = [
     "masked_top_k",
     "order_key",
     "prefix_max_cost_top_k",
+    "sampling",
     "sherman_morrison_update",
     "top_k_mask",
     "uniform_subset",

@@ -1,0 +1,74 @@
+"""Gamma and Beta draws of `ops.sampling` against SciPy's distributions (Kolmogorov-Smirnov
+at fixed seeds), whatever the number of bulk attempts, and unchanged by `jax.vmap`."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedjax_sel.ops import sampling
+
+SIZE = 20_000
+# A KS p-value below this at a fixed seed fails: a correct sampler fails one seed in 10^4.
+P_MIN = 1e-4
+
+
+def _draw(fn, *shapes, attempts=3, seed=0):
+    args = [jnp.full((SIZE,), s, jnp.float32) for s in shapes]
+    return np.asarray(
+        jax.jit(fn, static_argnums=len(args) + 1)(jax.random.PRNGKey(seed), *args, attempts),
+        np.float64,
+    )
+
+
+@pytest.mark.parametrize("a", [1.0, 1.5, 7.0, 1e6])
+@pytest.mark.parametrize("attempts", [0, 1, 3])
+def test_gamma_matches_scipy_whatever_the_attempts(a, attempts):
+    # attempts=0: every draw from the loop; 1 at a = 1: one in 20 goes on in the loop.
+    x = _draw(sampling.gamma, a, attempts=attempts)
+    assert stats.kstest(x, stats.gamma(a).cdf).pvalue > P_MIN
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (1.0, 1.0),  # no observation: uniform
+        (3.5, 2.0),  # fractional rewards
+        (50.0, 50.0),
+        (1.0, 1e6 + 1.0),  # a million failures, no success
+        (1e6 + 1.0, 1e6 + 1.0),
+    ],
+)
+def test_beta_matches_scipy(a, b):
+    x = _draw(sampling.beta, a, b)
+    assert stats.kstest(x, stats.beta(a, b).cdf).pvalue > P_MIN
+
+
+def test_beta_near_one_has_the_right_mean_and_spread():
+    # Beta(1e6 + 1, 1) lies within 1e-5 of 1, where float32's spacing (6e-8) rounds every
+    # draw (as it does jax.random.beta's): its mean and standard deviation, to within
+    # five standard errors of each and the rounding.
+    a, b = 1e6 + 1.0, 1.0
+    x = _draw(sampling.beta, a, b)
+    dist = stats.beta(a, b)
+    rounding = 2.0**-24
+    assert abs(x.mean() - dist.mean()) < 5 * dist.std() / np.sqrt(SIZE) + rounding
+    assert abs(x.std() - dist.std()) < 5 * dist.std() / np.sqrt(2 * SIZE) + rounding
+
+
+def test_the_trials_of_a_batch_do_not_change_a_trials_draws():
+    # Each trial's draws come from its own key, and a batch's loop runs for as long as
+    # its slowest trial's: in chunks of 1, 2 or 8 trials (as the runner chunks them), the
+    # same bits.
+    keys = jax.random.split(jax.random.PRNGKey(3), 8)
+    a = 1.0 + 3.0 * jax.random.uniform(jax.random.PRNGKey(4), (8, 50))
+    b = 1.0 + jnp.arange(50.0) * jax.random.uniform(jax.random.PRNGKey(5), (8, 1))
+    draw = jax.jit(jax.vmap(lambda k, a, b: sampling.beta(k, a, b, attempts=1)))
+    whole = draw(keys, a, b)
+    for chunk in (1, 2):
+        parts = [
+            draw(keys[i : i + chunk], a[i : i + chunk], b[i : i + chunk])
+            for i in range(0, 8, chunk)
+        ]
+        np.testing.assert_array_equal(np.concatenate(parts), whole)
