@@ -67,6 +67,26 @@ class Results:
         half = Z95 * x.std(ddof=1) / np.sqrt(x.size) if x.size > 1 else float("nan")
         return float(x.mean()), float(half)
 
+    def growth_exponent(self, policy: str, metric: str = "cumulative_regret") -> float:
+        """1 + log2(r_late / r_mid), r the mean increase per round of a cumulative metric
+        over the last half of the rounds (late) and over the quarter before (mid).
+
+        A curve c t^alpha gives alpha, so a sub-linear regret gives less than 1 and a
+        linear one 1, whatever it accumulated in the first quarter (a log-log slope of
+        the whole curve is below 1 for a linear regret with an offset). NaN for fewer
+        than 4 rounds or no increase in the mid quarter.
+        """
+        mean = self.curves[policy][metric]["mean"]
+        t = mean.size
+        if t < 4:
+            return float("nan")
+        quarter, half = t // 4, t // 2
+        mid = (mean[half - 1] - mean[quarter - 1]) / (half - quarter)
+        late = (mean[t - 1] - mean[half - 1]) / (t - half)
+        if not mid > 0:
+            return float("nan")
+        return float(1.0 + np.log2(max(late, 0.0) / mid)) if late > 0 else float("-inf")
+
     def table(self, totals: list[str] | None = None) -> str:
         """A plain-text table: each policy's per-trial totals as mean +- 95% half-width.
 
