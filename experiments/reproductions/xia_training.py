@@ -120,7 +120,7 @@ def fig6(options: Options) -> dict:
     policies = {
         "cs_ucb_q": bandits.cs_ucb_q(num_clients, k, fairness, beta=0.01, availability=0.9),
         "random": bandits.random(num_clients, k),
-        "round_robin": bandits.round_robin(num_clients, k),
+        "round_robin": bandits.group_round_robin(num_clients, k),
         "local_accuracy": bandits.local_accuracy(num_clients, k),
         "modified_cs_ucb": bandits.modified_cs_ucb(num_clients, k),
     }
