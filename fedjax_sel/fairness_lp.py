@@ -107,11 +107,16 @@ class DualEstimate(NamedTuple):
         (weak duality), tight when the multipliers are optimal.
       stderr: its standard error over that sample.
       multipliers: f64[K], the multipliers lambda_k >= 0 of the fairness constraints.
+      gap: the multipliers' certified optimality gap on the fitting sample: the best
+        dual value found minus the cutting-plane model's minimum (a lower bound).
+      num_cuts: the dual evaluations the cutting-plane method took.
     """
 
     value: float
     stderr: float
     multipliers: np.ndarray
+    gap: float
+    num_cuts: int
 
 
 def _best_cohort_value(mu_sorted, lam, lam_rank, avail, n_sel):
@@ -141,8 +146,8 @@ def optimal_fair_value_dual(
     num_selected: int,
     availability,
     num_patterns: int = 8192,
-    num_steps: int = 300,
-    learning_rate: float = 0.05,
+    tolerance: float = 1e-5,
+    max_cuts: int = 2000,
     seed: int = 0,
 ) -> DualEstimate:
     r"""r* of LP 23 by its Lagrangian dual over sampled availability patterns.
@@ -155,9 +160,12 @@ def optimal_fair_value_dual(
     where the inner maximum is over |S| = min{N, |A|} and costs O(K^2) (given the
     bottleneck client, the rest are the available clients of higher mean with the
     largest multipliers). The expectation is replaced by the mean over `num_patterns`
-    sampled patterns and minimized by projected subgradient descent with step
-    `learning_rate / sqrt(step)`, keeping the best iterate; the dual function at it is
-    then evaluated on a fresh sample of the same size.
+    sampled patterns, a convex piecewise-linear function of lambda, minimized by
+    Kelley's cutting-plane method: each evaluation adds the cut f(l_i) + g_i (lambda -
+    l_i) <= f(lambda), and the next point minimizes the cuts' maximum (a small LP,
+    HiGHS), whose minimum bounds f's from below. It stops when the best value found is
+    within `tolerance` of that bound (the reported `gap`). The dual function at the best
+    multipliers is then evaluated on a fresh sample of the same size.
 
     Args:
       means: f64[K], mu_k.
@@ -165,8 +173,8 @@ def optimal_fair_value_dual(
       num_selected: N.
       availability: f64[K] (or a scalar), alpha_k.
       num_patterns: sampled patterns per estimate, >= 1.
-      num_steps: subgradient steps, >= 1.
-      learning_rate: initial step size, > 0.
+      tolerance: the optimality gap to stop at, > 0.
+      max_cuts: dual evaluations at most, >= 1; the gap reached is reported.
       seed: seed of the pattern samples.
 
     Returns:
@@ -174,8 +182,9 @@ def optimal_fair_value_dual(
     """
     mu, n_sel, alpha, c = _check(means, fairness, num_selected, availability)
     num_patterns = validation.positive_int("num_patterns", num_patterns)
-    num_steps = validation.positive_int("num_steps", num_steps)
-    lr = validation.positive_float("learning_rate", learning_rate)
+    tolerance = validation.positive_float("tolerance", tolerance)
+    max_cuts = validation.positive_int("max_cuts", max_cuts)
+    k_all = mu.size
     order = np.argsort(-mu, kind="stable")
     mu_sorted = jnp.asarray(mu[order], jnp.float32)
     c_sorted = jnp.asarray(c[order], jnp.float32)
@@ -183,37 +192,50 @@ def optimal_fair_value_dual(
     fit_key, eval_key = jax.random.split(jax.random.PRNGKey(seed))
 
     def sample(key):
-        return jax.random.uniform(key, (num_patterns, mu.size)) < alpha_sorted
+        return jax.random.uniform(key, (num_patterns, k_all)) < alpha_sorted
 
     def per_pattern(lam, patterns):
         lam_rank = jnp.argsort(jnp.argsort(-lam))
         inner = jax.vmap(_best_cohort_value, in_axes=(None, None, None, 0, None))
         return inner(mu_sorted, lam, lam_rank, patterns, n_sel) - lam @ c_sorted
 
-    @jax.jit
-    def fit(patterns):
-        objective = lambda lam: jnp.mean(per_pattern(lam, patterns))
-
-        def step(carry, i):
-            lam, best, best_lam = carry
-            value, grad = jax.value_and_grad(objective)(lam)
-            better = value < best
-            best, best_lam = jnp.where(better, value, best), jnp.where(better, lam, best_lam)
-            lam = jnp.maximum(lam - lr / jnp.sqrt(i + 1.0) * grad, 0.0)
-            return (lam, best, best_lam), None
-
-        zeros = jnp.zeros_like(mu_sorted)
-        (_, _, best_lam), _ = jax.lax.scan(
-            step, (zeros, jnp.inf, zeros), jnp.arange(num_steps, dtype=jnp.float32)
+    patterns = sample(fit_key)
+    dual = jax.jit(jax.value_and_grad(lambda lam: jnp.mean(per_pattern(lam, patterns))))
+    # A box for the first LPs; a multiplier at its edge doubles it (the cuts stay valid).
+    bound = 4.0
+    lam = np.zeros(k_all)
+    cuts, rhs = [], []
+    best, best_lam, lower = np.inf, lam, -np.inf
+    for _ in range(max_cuts):
+        value, grad = (np.asarray(x, np.float64) for x in dual(jnp.asarray(lam, jnp.float32)))
+        value = float(value)
+        if value < best:
+            best, best_lam = value, lam
+        # t >= value + grad (lambda - lam)  <=>  grad lambda - t <= grad lam - value.
+        cuts.append(np.append(grad, -1.0))
+        rhs.append(float(grad @ lam - value))
+        result = optimize.linprog(
+            np.append(np.zeros(k_all), 1.0),
+            A_ub=np.asarray(cuts),
+            b_ub=np.asarray(rhs),
+            bounds=[(0.0, bound)] * k_all + [(None, None)],
+            method="highs",
         )
-        return best_lam
-
-    lam = fit(sample(fit_key))
-    values = np.asarray(jax.jit(per_pattern)(lam, sample(eval_key)), np.float64)
-    multipliers = np.zeros(mu.size)
-    multipliers[order] = np.asarray(lam, np.float64)
+        lam, lower = result.x[:k_all], float(result.fun)
+        if np.any(lam >= bound * (1 - 1e-9)):
+            bound *= 2.0
+            continue
+        if best - lower <= tolerance:
+            break
+    values = np.asarray(
+        jax.jit(per_pattern)(jnp.asarray(best_lam, jnp.float32), sample(eval_key)), np.float64
+    )
+    multipliers = np.zeros(k_all)
+    multipliers[order] = best_lam
     return DualEstimate(
         value=float(values.mean()),
         stderr=float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else 0.0,
         multipliers=multipliers,
+        gap=float(best - lower),
+        num_cuts=len(cuts),
     )
