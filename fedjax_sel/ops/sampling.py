@@ -50,19 +50,19 @@ def gamma(key: jax.Array, a: jax.Array, attempts: int = 3) -> jax.Array:
     a = jnp.asarray(a, jnp.float32)
     d = a - 1.0 / 3.0
     c = lax.rsqrt(9.0 * d)
+
+    def attempt(i, value, done):
+        """Attempt i for the elements without an accepted one."""
+        draw, accept = _attempt(jax.random.fold_in(key, i), d, c)
+        return jnp.where(done, value, draw), done | accept
+
     value, done = jnp.zeros_like(a), jnp.zeros(a.shape, bool)
     for i in range(attempts):
-        draw, accept = _attempt(jax.random.fold_in(key, i), d, c)
-        value = jnp.where(done, value, draw)
-        done = done | accept
-
-    def more(state):
-        i, value, done = state
-        draw, accept = _attempt(jax.random.fold_in(key, i), d, c)
-        return i + 1, jnp.where(done, value, draw), done | accept
-
+        value, done = attempt(i, value, done)
     _, value, _ = lax.while_loop(
-        lambda state: ~jnp.all(state[2]), more, (jnp.int32(attempts), value, done)
+        lambda state: ~jnp.all(state[2]),
+        lambda state: (state[0] + 1, *attempt(*state)),
+        (jnp.int32(attempts), value, done),
     )
     return value
 
