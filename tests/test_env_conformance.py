@@ -16,7 +16,7 @@ import pytest
 
 import bandits
 import fedjax_sel
-from fedjax_sel import envs
+from fedjax_sel import envs, runner
 from fedjax_sel.envs import availability
 from fedjax_sel.envs.hierarchical import PRESETS
 from fedjax_sel.ops import assignment as assign_ops
@@ -63,8 +63,8 @@ def _run(env: Env, keys, params=None, optimized=False):
     """ROUNDS rounds of one trial per key (oracle decisions), under jit and vmap, scanned
     as the runner plays them (a state that changes shape or dtype fails the scan): per
     round, (input, decision, feedback, state after, stats) with a leading trial axis.
-    `optimized`: compiled at XLA's default optimisation level, not the suite's level 0
-    (conftest.py), for comparisons of last bits."""
+    `optimized`: compiled with the runner's compiler options, which the `optimized`
+    fixture (conftest.py) sets to the code users run, for comparisons of last bits."""
 
     def trial(key, params):
         def round_fn(state, t):
@@ -79,7 +79,7 @@ def _run(env: Env, keys, params=None, optimized=False):
 
     program = jax.jit(jax.vmap(trial, in_axes=(0, None)))
     if optimized:
-        options = {"xla_backend_optimization_level": 3}
+        options = dict(runner.programs.compiler_options(jax.default_backend()))
         program = program.lower(keys, params).compile(compiler_options=options)
     stacked = program(keys, params)
     return [jax.tree.map(lambda x, i=i: x[:, i], stacked) for i in range(ROUNDS)]
@@ -96,7 +96,7 @@ def _signature(tree):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_contract_under_jit_and_vmap(name):
+def test_contract_under_jit_and_vmap(name, optimized):
     env = envs.make(name, N, K)
     assert isinstance(env, Env) and env.num_clients == N
     # A cohort cap where one is declared (None: any cohort, e.g. exchange_time's FedCS).
@@ -126,7 +126,7 @@ def test_contract_under_jit_and_vmap(name):
         for *_, s in rounds:
             np.testing.assert_allclose(s.oracle_reward, s.expected_reward, rtol=1e-6)
     # Defaults closed over (omitted) and passed traced (a jit argument): the same bits in
-    # the code users run (at LLVM level 0 they may differ in the last bit).
+    # the code users run (at the suite's LLVM level 0 they may differ in the last bit).
     explicit = _run(env, keys, env.params, optimized=True)
     jax.tree.map(np.testing.assert_array_equal, explicit, rounds)
 
