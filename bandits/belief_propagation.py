@@ -61,16 +61,9 @@ def client_graph(
     adjacency = np.zeros((n, n), bool)
     nearest = np.argsort(distance + np.diag(np.full(n, np.inf)), axis=1)[:, :m]
     adjacency[np.repeat(np.arange(n), m), nearest.ravel()] = True
-    # Prim's algorithm for the minimum spanning tree.
-    inside = np.zeros(n, bool)
-    inside[0] = True
-    best, parent = distance[0].copy(), np.zeros(n, int)
-    for _ in range(n - 1):
-        j = int(np.argmin(np.where(inside, np.inf, best)))
-        adjacency[j, parent[j]] = True
-        inside[j] = True
-        closer = distance[j] < best
-        best, parent = np.where(closer, distance[j], best), np.where(closer, j, parent)
+    from scipy.sparse import csgraph  # SciPy is loaded only where a graph is built.
+
+    adjacency |= csgraph.minimum_spanning_tree(distance).toarray() > 0
     adjacency |= adjacency.T
     np.fill_diagonal(adjacency, False)
     return positions, adjacency, distance
@@ -98,15 +91,9 @@ def kappa_bp(adjacency: np.ndarray, coupling: np.ndarray) -> float:
 
 def is_connected(adjacency: np.ndarray) -> bool:
     """Whether the undirected graph bool[N, N] is connected."""
-    n = adjacency.shape[0]
-    reached = np.zeros(n, bool)
-    reached[0] = True
-    for _ in range(n):
-        grown = reached | adjacency[reached].any(axis=0)
-        if np.array_equal(grown, reached):
-            break
-        reached = grown
-    return bool(reached.all())
+    from scipy.sparse import csgraph
+
+    return csgraph.connected_components(adjacency, directed=False)[0] == 1
 
 
 def ising_beliefs(
