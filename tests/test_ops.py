@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from fedjax_sel import ops
-from fedjax_sel.ops import _xla_cpu, selection
+from fedjax_sel.ops import _xla_cpu, order, selection
 
 
 class Impl(NamedTuple):
@@ -390,3 +390,23 @@ def test_where_needed_chooses_per_member_and_skips_the_full_branch_when_unneeded
     np.testing.assert_array_equal(run(jnp.zeros(3, bool), x), x)
     np.testing.assert_array_equal(run(jnp.asarray([True, False, False]), x), x + 100.0)
     assert float(ops.where_needed(jnp.bool_(False), disagree, short, jnp.float32(1.0))) == 1.0
+
+
+def test_kth_largest_key_is_the_sorted_keys_order_statistic():
+    # Every k from 0 to N against NumPy's sort, on keys with repeats, zeros and extremes.
+    rng = np.random.default_rng(7)
+    scores = np.concatenate(
+        [rng.choice([-np.inf, -1.0, -0.0, 0.0, 0.5, 2.0, np.inf], 20), rng.normal(size=20)]
+    ).astype(np.float32)
+    mask = rng.random(40) < 0.8
+    keys = order.order_key(jnp.asarray(scores), jnp.asarray(mask))
+    descending = np.sort(np.asarray(keys))[::-1]
+    kth = jax.jit(jax.vmap(order.kth_largest_key, in_axes=(None, 0)))(keys, jnp.arange(41))
+    np.testing.assert_array_equal(np.asarray(kth)[1:], descending)
+    assert int(kth[0]) == np.iinfo(np.uint32).max
+
+
+def test_order_value_inverts_order_key():
+    values = np.array([-np.inf, -3.5, -0.0, 0.0, 1e-38, 7.25, np.inf], np.float32)
+    back = order.order_value(order.order_key(jnp.asarray(values), jnp.ones(7, bool)))
+    np.testing.assert_array_equal(np.asarray(back).view(np.uint32), values.view(np.uint32))

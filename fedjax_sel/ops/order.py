@@ -1,4 +1,5 @@
-"""The order-preserving integer image of f32 scores that every selection op ranks by."""
+"""The order-preserving integer image of f32 scores that every selection op ranks by, and
+order statistics found on it by bisection (no sort)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,29 @@ def order_key(scores: jax.Array, mask: jax.Array) -> jax.Array:
     bits = lax.bitcast_convert_type(scores.astype(jnp.float32), jnp.uint32)
     ordered = jnp.where(bits >= _SIGN, ~bits, bits | _SIGN)
     return jnp.where(mask, jnp.maximum(ordered, jnp.uint32(1)), jnp.uint32(0))
+
+
+def order_value(keys: jax.Array) -> jax.Array:
+    """f32[...]: the scores whose `order_key` (inside the mask) is `keys`, its inverse."""
+    bits = jnp.where(keys >= _SIGN, keys ^ _SIGN, ~keys)
+    return lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def kth_largest_key(keys: jax.Array, k) -> jax.Array:
+    """u32[]: the k-th largest of `keys` (u32[N]), counting repeats; 0 for k = 0 or less.
+
+    The largest v with at least k keys >= v, found bit by bit from the top (32 counting
+    passes over the keys, O(N) memory): the order statistic without a sort, for a k known
+    only when the program runs. For k = 0 it is the all-ones key, above every key.
+
+    Args:
+      keys: u32[N], e.g. `order_key(scores, mask)`.
+      k: int, static or a traced int32[], 0 <= k <= N.
+    """
+    k = jnp.asarray(k, jnp.int32)
+
+    def bit(i, v):
+        candidate = v | (jnp.uint32(1) << (31 - i).astype(jnp.uint32))
+        return jnp.where(jnp.sum(keys >= candidate, dtype=jnp.int32) >= k, candidate, v)
+
+    return lax.fori_loop(0, 32, bit, jnp.uint32(0))

@@ -15,8 +15,9 @@ partial sort of every row; elsewhere, the definition.
 
 The cohort size k is a Python int (static, 1 <= k <= N: the platform's implementation)
 or a traced int32[] (0 <= k <= N; a decaying exploration count, say): a traced k runs the
-definition on every platform, as a sort in place of `lax.top_k`, and from the same
-permutation as a static k, so the two select the same clients on every input.
+definition on every platform, with an order statistic found by bisection
+(`order.kth_largest_key`) in place of `lax.top_k`, and from the same permutation as a
+static k, so the two select the same clients on every input.
 
 `top_k_mask` and `count_true` are equal on every platform bit for bit. The CPU
 `masked_top_k` and `uniform_subset` break ties with other random numbers than the
@@ -34,7 +35,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fedjax_sel.ops import _xla_cpu
-from fedjax_sel.ops.order import order_key
+from fedjax_sel.ops.order import kth_largest_key, order_key
 
 
 def _is_static(k) -> bool:
@@ -51,13 +52,18 @@ def _by_platform(k, portable: Callable, cpu: Callable, *operands) -> jax.Array:
 
 def _take_first(keys: jax.Array, k) -> jax.Array:
     """bool[N]: the positive `keys` (u32[N]) among the first k in descending order, ties
-    to the lower index: `lax.top_k` for a static k, a stable sort for a traced one."""
+    to the lower index: `lax.top_k` for a static k; for a traced one, the keys above the
+    k-th largest (`order.kth_largest_key`, no sort) and the lowest-indexed of those equal
+    to it."""
     n = keys.shape[0]
     if _is_static(k):
         values, first = lax.top_k(keys, k)
         return jnp.zeros(n, bool).at[first].set(values > 0)
-    _, ranked = lax.sort((~keys, jnp.arange(n, dtype=jnp.int32)), num_keys=2)
-    return jnp.zeros(n, bool).at[ranked].set((jnp.arange(n) < k) & (keys[ranked] > 0))
+    kth = kth_largest_key(keys, k)
+    above = keys > kth
+    tied = keys == kth
+    room = jnp.asarray(k, jnp.int32) - jnp.sum(above, dtype=jnp.int32)
+    return (above | (tied & (jnp.cumsum(tied, dtype=jnp.int32) <= room))) & (keys > 0)
 
 
 def portable_masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
@@ -109,7 +115,7 @@ def masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.A
       scores: f32[N], higher is better (indices, sampled means, ...).
       mask: bool[N], eligible (available) clients.
       k: cohort size: a Python int, 1 <= k <= N, or a traced int32[], 0 <= k <= N
-        (then a sort on every platform).
+        (then the definition on every platform).
       key: PRNG key for the tie-break.
 
     Returns:
