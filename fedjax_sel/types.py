@@ -51,10 +51,16 @@ class Decision(NamedTuple):
         can schedule fewer (availability) leaves slots empty, never changes shapes.
       assignment: int32[N] or None, edge server of each client in hierarchical
         settings, -1 for none.
+      probe: f32[N] or None, the examples on which each client evaluated the current
+        model at the server's request before the cohort was chosen (Power-of-Choice's
+        candidates report their loss; 0 for clients not asked), None for none. An
+        environment that models costs charges the probes (`envs.devices`: the download
+        and the forward passes, before the round); the others ignore it.
     """
 
     selected: chex.Array
     assignment: chex.Array | None = None
+    probe: chex.Array | None = None
 
 
 class Feedback(NamedTuple):

@@ -95,9 +95,10 @@ def checked_programs(name, run_keys, num_trials, env, selector, *settings):
 
 
 def check_decision(decision, num_clients: int) -> None:
-    """Raises ValueError unless `decision` (traced) is a `Decision` with `selected` bool[N]
-    and `assignment` None or an integer [N]: the checks that need only shapes, made
-    while the programs are traced (`checked_programs`), before anything runs."""
+    """Raises ValueError unless `decision` (traced) is a `Decision` with `selected` bool[N],
+    `assignment` None or an integer [N] and `probe` None or a float [N]: the checks that
+    need only shapes, made while the programs are traced (`checked_programs`), before
+    anything runs."""
     if not isinstance(decision, Decision):
         raise ValueError(
             f"select must return a fedjax_sel.Decision, got {type(decision).__name__}."
@@ -118,6 +119,16 @@ def check_decision(decision, num_clients: int) -> None:
             f"Decision.assignment must be None or int32[{num_clients}] (a server per client, "
             f"-1 for none), got {getattr(assignment, 'dtype', type(assignment).__name__)}"
             f"{list(getattr(assignment, 'shape', ()))}."
+        )
+    probe = decision.probe
+    if probe is not None and (
+        getattr(probe, "shape", None) != (num_clients,)
+        or not jnp.issubdtype(probe.dtype, jnp.floating)
+    ):
+        raise ValueError(
+            f"Decision.probe must be None or f32[{num_clients}] (examples each client "
+            f"evaluated, 0 for none), got {getattr(probe, 'dtype', type(probe).__name__)}"
+            f"{list(getattr(probe, 'shape', ()))}."
         )
 
 
