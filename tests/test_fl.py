@@ -8,6 +8,7 @@ import pytest
 
 import models
 from fedjax_sel import fl
+from fedjax_sel.fl import client as client_lib
 
 FEATURES, CLASSES = 5, 3
 
@@ -81,6 +82,82 @@ def test_empty_client_returns_zero_update(model, clients):
     result = update(model.init(jax.random.PRNGKey(0)), x, y, 0, 0, jax.random.PRNGKey(0))
     assert all(np.all(np.asarray(d) == 0.0) for d in jax.tree.leaves(result.delta))
     assert float(result.num_steps) == 0.0 and float(result.loss) == 0.0
+    assert float(result.loss_rms) == 0.0 and float(result.last_loss_rms) == 0.0
+
+
+def _per_example_losses(logits, labels, loss_name):
+    """f64[B] in NumPy: cross-entropy or Crammer-Singer hinge of each row alone."""
+    s = np.asarray(logits, np.float64)
+    true = s[np.arange(len(labels)), labels]
+    if loss_name == "cross_entropy":
+        top = s.max(1)
+        return top + np.log(np.exp(s - top[:, None]).sum(1)) - true
+    rival = np.where(np.eye(s.shape[1], dtype=bool)[labels], -np.inf, s).max(1)
+    return np.maximum(0.0, 1.0 + rival - true)
+
+
+def _reference_update(model, loss_name, x, y, client, count, key, lr, batch_size, mode):
+    """A plain loop of SGD steps over the same minibatches: (delta, mean minibatch loss,
+    the per-example losses of every step taken, in order)."""
+    loss = models.LOSSES[loss_name]
+    n_max = x.shape[1]
+    if mode.get("num_steps"):
+        index, valid = client_lib._sampled_batches(key, count, mode["num_steps"], batch_size)
+        batches = list(zip(np.asarray(index), np.asarray(valid), strict=True))
+    else:
+        batches = []
+        for e in range(mode["num_epochs"]):
+            index, valid = client_lib._epoch_batches(
+                jax.random.fold_in(key, e), count, n_max, batch_size
+            )
+            batches += list(zip(np.asarray(index), np.asarray(valid), strict=True))
+    start = params = model.init(jax.random.PRNGKey(0))
+    steps = []
+    for index, valid in batches:
+        if not valid.any():
+            continue
+        xb, yb = x[client, index[valid]], y[client, index[valid]]
+        steps.append(_per_example_losses(model.apply(params, xb), yb, loss_name))
+        mean = lambda p, xb=xb, yb=yb: loss(model.apply(p, xb), yb, np.ones(len(yb)))
+        params = jax.tree.map(lambda p, g: p - lr * g, params, jax.grad(mean)(params))
+    delta = jax.tree.map(jnp.subtract, params, start)
+    return delta, np.mean([s.mean() for s in steps]), steps
+
+
+@pytest.mark.parametrize(
+    "loss_name, mode",
+    [("cross_entropy", {"num_epochs": 2}), ("hinge", {"num_epochs": None, "num_steps": 3})],
+)
+def test_loss_rms_against_a_per_example_loop(model, clients, loss_name, mode):
+    x, y, counts = clients
+    lr, batch_size, key = 0.1, 3, jax.random.PRNGKey(9)
+    loss = models.LOSSES[loss_name]
+    update = jax.jit(fl.local_sgd(model.apply, lr, batch_size, loss=loss, **mode))
+    params = model.init(jax.random.PRNGKey(0))
+    # Client 1 holds 7 examples: batches of 3, 3 and 1 per epoch.
+    got = update(params, x, y, 1, counts[1], key)
+    delta, mean_loss, steps = _reference_update(
+        model, loss_name, x, y, 1, int(counts[1]), key, lr, batch_size, mode
+    )
+    _tree_allclose(got.delta, delta, rtol=1e-4, atol=1e-6)
+    every = np.concatenate(steps)
+    # float32 cross-entropy near 0 is exact to its logits' rounding, ~1e-7 absolute.
+    close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    close(got.loss, mean_loss)
+    close(got.loss_rms, np.sqrt(np.mean(every**2)))
+    close(got.last_loss_rms, np.sqrt(np.mean(steps[-1] ** 2)))
+    if "num_steps" not in mode:
+        assert len(steps[-1]) == 1 and len(every) == 2 * 7
+    # The root mean square bounds the mean (Jensen), strictly unless all losses agree (a
+    # last batch of one example: equal, up to float32 rounding).
+    assert float(got.loss_rms) > every.mean() and float(got.last_loss_rms) > 0.1
+    assert float(got.last_loss_rms) >= steps[-1].mean() * (1 - 1e-6)
+    # The same client padded to a larger n_max reports the same numbers.
+    wide = update(
+        params, np.pad(x, ((0, 0), (0, 9), (0, 0))), np.pad(y, ((0, 0), (0, 9))), 1, 7, key
+    )
+    for field in ("loss", "num_steps", "loss_rms", "last_loss_rms"):
+        np.testing.assert_allclose(getattr(wide, field), getattr(got, field), rtol=1e-6)
 
 
 def _cohort(valid, arrived, num_examples, group=None, latency=None):

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import bandits
@@ -12,7 +13,7 @@ from fedjax_sel import data as fed_data
 from fedjax_sel import envs, fl
 from fedjax_sel.envs.training_env import expected_client_reward
 from fedjax_sel.results import Results
-from fedjax_sel.types import Decision, RoundInput
+from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
 N, CLASSES = 12, 3
 FEATURES = (2, 2, 1)
@@ -197,6 +198,8 @@ def test_local_accuracy_selects_the_worst_available_clients(data, model):
         (2, {"deadline_s": 0.0}, "deadline_s"),
         (2, {"latency_range": (3.0, 1.0)}, "latency_range"),
         (2, {"availability": 1.5}, "availability"),
+        (2, {"probe_batch_size": 0}, "probe_batch_size"),
+        (2, {"observe_client_loss": "yes"}, "observe_client_loss"),
         (
             2,
             {"algorithm": "hierarchical", "num_groups": 2, "client_group": [0, 2] * 6},
@@ -262,3 +265,145 @@ def test_client_losses_and_a_cohort_above_k(data, model):
     # Client 9 was not trained: failed and unobserved, not dropped silently.
     np.testing.assert_array_equal(np.flatnonzero(feedback.observed), [1, 4])
     assert not feedback.success[9] and stats.num_failed == 1
+
+
+TRAINING_KEYS = ("client_loss", "loss", "loss_rms", "loss_rms_last_batch", "num_samples")
+PROBE_KEYS = ("loss", "loss_minibatch", "data_size", "data_fraction", "num_samples")
+
+
+def test_training_statistics_in_the_feedback_equal_each_client_update(data, model):
+    env = _env(data, model, 3, num_steps=2)
+    selected = np.zeros(N, bool)
+    selected[[0, 2, 7]] = True  # 9, 12 and 3 examples
+    state, (feedback, _, _) = _step(env, selected)
+    info = {key: np.asarray(feedback.info[key]) for key in TRAINING_KEYS}
+    # |B_i| = min(count, num_steps * batch_size) for every client, trained or not.
+    np.testing.assert_array_equal(info["num_samples"], np.minimum(TRAIN_SIZES, 2 * 4))
+    np.testing.assert_array_equal(info["loss"], info["client_loss"])
+    update = fl.local_sgd(model.apply, 0.2, 4, num_epochs=None, num_steps=2)
+    train_key = jax.random.split(jax.random.PRNGKey(2))[1]
+    for c in np.flatnonzero(selected):
+        want = update(
+            state.server, data.x, data.y, c, data.counts[c], jax.random.fold_in(train_key, c)
+        )
+        got = [info[key][c] for key in ("loss", "loss_rms", "loss_rms_last_batch")]
+        np.testing.assert_allclose(got, [want.loss, want.loss_rms, want.last_loss_rms], rtol=1e-5)
+        assert info["loss_rms"][c] > info["loss"][c] > 0
+    for key in ("loss", "loss_rms", "loss_rms_last_batch"):
+        assert np.all(np.delete(info[key], np.flatnonzero(selected)) == 0.0)
+
+
+def test_observed_client_losses_equal_direct_evaluation(data, model):
+    env = _env(data, model, 3, observe_client_loss=True, probe_batch_size=5)
+    # One round first, so that the clients' losses of the model differ.
+    _, (_, state, _) = _step(env, np.arange(N) < 3)
+    inp = env.observe(state, 2, jax.random.PRNGKey(4))
+    counts = np.asarray(data.counts)
+    np.testing.assert_array_equal(inp.info["num_samples"], counts)
+    np.testing.assert_allclose(inp.info["data_fraction"], counts / counts.sum(), rtol=1e-6)
+    np.testing.assert_array_equal(inp.info["data_size"], counts)
+    loss, _ = fl.evaluate_clients(model.apply, state.server, data.x, data.y, data.counts)
+    np.testing.assert_allclose(inp.info["loss"], loss, rtol=1e-6)
+    # A minibatch of 5 drawn without replacement is all of a client's data if it has <= 5.
+    small = counts <= 5
+    np.testing.assert_allclose(inp.info["loss_minibatch"][small], loss[small], rtol=1e-5)
+    # Larger clients: the minibatch mean is unbiased, with the variance of sampling 5 of
+    # n without replacement, s^2 / 5 * (n - 5) / (n - 1) (s^2 the population variance).
+    draws = 400
+    keys = jax.random.split(jax.random.PRNGKey(5), draws)
+    probe = jax.jit(jax.vmap(lambda key: env.observe(state, 2, key).info["loss_minibatch"]))
+    minibatch = np.asarray(probe(keys))
+    for c in np.flatnonzero(~small):
+        n = counts[c]
+        logits = model.apply(state.server, data.x[c, :n])
+        each = np.asarray(optax.softmax_cross_entropy_with_integer_labels(logits, data.y[c, :n]))
+        var = each.var() / 5 * (n - 5) / (n - 1)
+        assert var > 1e-4 and minibatch[:, c].std() > 0
+        assert abs(minibatch[:, c].mean() - each.mean()) < 4 * np.sqrt(var / draws)
+        # Drawn with replacement, the variance would be (n - 1) / (n - 5) times larger
+        # (1.57 to 2 here); 400 draws estimate it to about 7%.
+        np.testing.assert_allclose(minibatch[:, c].var(), var, rtol=0.3)
+    both = _env(data, model, 3, observe_client_loss=True, observe_local_accuracy=True)
+    inp = both.observe(state, 2, jax.random.PRNGKey(4))
+    assert set(inp.info) == {"local_accuracy", *PROBE_KEYS}
+
+
+def _fake_delay_env(n):
+    """A delay model with surrogate values under the contract's names: every client is
+    available, odd clients' updates arrive late."""
+    surrogate = jnp.full((n,), -1.0)
+
+    def reset(key, params=None):
+        return jnp.zeros((), jnp.int32)
+
+    def observe(state, t, key, params=None):
+        info = {key: surrogate for key in PROBE_KEYS} | {"speed": jnp.arange(n) + 0.5}
+        return RoundInput(jnp.asarray(t, jnp.int32), jnp.ones((n,), bool), info=info)
+
+    def step(state, round_input, decision, key, params=None):
+        success = decision.selected & (jnp.arange(n) % 2 == 0)
+        info = {key: surrogate for key in TRAINING_KEYS[1:]} | {"duration": jnp.arange(n) + 1.0}
+        feedback = Feedback(
+            decision.selected, success.astype(jnp.float32), jnp.ones((n,)), success, info=info
+        )
+        zero = jnp.float32(0.0)
+        return feedback, state + 1, RoundStats(zero, None, zero, zero, zero)
+
+    return Env(reset, observe, step, None, n)
+
+
+def test_real_statistics_override_the_delay_envs(data, model):
+    kw = {"num_steps": 2, "observe_client_loss": True, "probe_batch_size": 4}
+    plain = _env(data, model, 4, **kw)
+    delayed = _env(data, model, 4, delay_env=_fake_delay_env(N), **kw)
+    selected = np.zeros(N, bool)
+    selected[[1, 2, 6, 11]] = True
+    # The same key trains the same cohort from the same model in both.
+    _, (want, _, _) = _step(plain, selected)
+    state, (got, new, _) = _step(delayed, selected)
+    inp = delayed.observe(state, 1, jax.random.PRNGKey(1))
+    alone = plain.observe(plain.reset(jax.random.PRNGKey(0)), 1, jax.random.PRNGKey(1))
+    for key in PROBE_KEYS:
+        np.testing.assert_array_equal(inp.info[key], alone.info[key])
+    np.testing.assert_array_equal(inp.info["speed"], np.arange(N) + 0.5)
+    for key in TRAINING_KEYS:
+        np.testing.assert_array_equal(got.info[key], want.info[key])
+    np.testing.assert_array_equal(got.info["duration"], np.arange(N) + 1.0)
+    assert np.all(np.asarray(got.info["loss_rms"])[selected] > 0)
+    # The delay model's success still decides which updates arrive.
+    np.testing.assert_array_equal(np.flatnonzero(got.success), [2, 6])
+    assert int(new.delay) == 1
+
+
+def test_training_on_heterogeneous_devices(data, model):
+    # FedScale's round: 4 selected, the 3 fastest kept; every client online, no dropouts.
+    devices = envs.make(
+        "devices",
+        N,
+        4,
+        num_kept=3,
+        availability=1.0,
+        mean_session_s=None,
+        data_size=np.asarray(TRAIN_SIZES, np.float32),
+        batch_size=4,
+        local_steps=3,
+        probe_batch_size=4,
+    )
+    kw = {"num_steps": 3, "observe_client_loss": True, "probe_batch_size": 4}
+    env = _env(data, model, 4, delay_env=devices, **kw)
+    state = env.reset(jax.random.PRNGKey(0))
+    inp = env.observe(state, 1, jax.random.PRNGKey(1))
+    alone = _env(data, model, 4, **kw).observe(state, 1, jax.random.PRNGKey(1))
+    for key in PROBE_KEYS:
+        np.testing.assert_array_equal(inp.info[key], alone.info[key])
+    assert "duration_s" in inp.info  # the device profile passes through
+    results = fedjax_sel.simulate(
+        {"oort": bandits.make("oort", N, 4)}, env, num_rounds=5, num_trials=2, seed=0, progress=None
+    )
+    curves = results.curves["oort"]
+    assert np.all(curves["extra/kept"]["mean"] <= 3) and np.all(curves["latency"]["mean"] > 0)
+    np.testing.assert_allclose(
+        curves["failed"]["mean"], curves["num_selected"]["mean"] - curves["extra/kept"]["mean"]
+    )
+    acc = curves["accuracy"]["mean"]
+    assert acc[-1] > max(acc[0], 0.8), acc

@@ -36,8 +36,29 @@ feedbacks it has no oracle: `Env.oracle` is None and `RoundStats.oracle_reward` 
 (regret undefined, not zero), `expected_reward` the realized value, and the accuracy and
 loss curves are the metrics.
 
-Every feedback carries `Feedback.info["client_loss"]`, f32[N]: each trained client's mean
-minibatch training loss over its local steps, valid where `observed` (0 elsewhere).
+Every feedback's `Feedback.info` carries the training statistics of the round, f32[N],
+valid where a client was trained (`observed`; 0 elsewhere unless said otherwise):
+  - "loss" (and its older name "client_loss"): the mean minibatch training loss over the
+    client's local steps;
+  - "loss_rms": `sqrt(mean loss(k)^2)` over every example k the client trained on this
+    round (Oort's statistical utility is `num_samples * loss_rms`, Lai et al. eq. 1);
+  - "loss_rms_last_batch": the same over the client's last minibatch alone (what
+    FedScale's client reports and its Oort selector reads);
+  - "num_samples": |B_i|, the examples client i trains on in a round, its data size with
+    epochs and `min(data size, num_steps * batch_size)` with a fixed number of steps
+    (FedScale's `trained_unique_samples`); a fact of the data, given for every client.
+With a `delay_env` whose feedback info is a dict, its keys are kept and these real values
+replace any of the same name (a delay model's surrogates); any other info it returns is
+kept under "delay".
+
+Probing (`observe_client_loss`): `RoundInput.info` then carries, for every client, the
+loss of the current global model on all its training examples ("loss"), on one minibatch
+of `probe_batch_size` of them drawn without replacement each round ("loss_minibatch"),
+its number of training examples ("data_size", count_i), its share of them
+("data_fraction", count_i / sum_j count_j) and "num_samples" as above: what
+Power-of-Choice's candidates report when probed (Cho et al., 2022). With a `delay_env`
+these replace the delay model's values of the same names (its other keys are kept; an
+info that is not a dict goes under "delay").
 
 Cohort size: `Env.num_selected` is k, and the runner refuses decisions above it. A
 decision that still selects more than k clients (a direct call of `step`) trains its k
@@ -61,7 +82,7 @@ from fedjax_sel import validation
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.fl import aggregate
-from fedjax_sel.fl.client import local_sgd
+from fedjax_sel.fl.client import local_sgd, probe_minibatch
 from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
@@ -217,6 +238,8 @@ def training(
     min_updates: int = 1,
     mixing: chex.Array | None = None,
     observe_local_accuracy: bool = False,
+    observe_client_loss: bool = False,
+    probe_batch_size: int | None = None,
     delay_env: Env | None = None,
 ) -> Env:
     """A federated training run as an environment.
@@ -259,6 +282,13 @@ def training(
         paper's exact data-weighted exchange.
       observe_local_accuracy: put each client's held-out accuracy of the current model
         in `RoundInput.info["local_accuracy"]` (for local-accuracy scheduling).
+      observe_client_loss: put each client's loss of the current global model (on all
+        its training data and on one minibatch), data fraction and `num_samples` in
+        `RoundInput.info` (module docstring; for Power-of-Choice). Each round then
+        evaluates all N clients, O(N * n_max) forward passes: cheap at the hundreds of
+        clients of a training-backed study, not meant for N in the millions.
+      probe_batch_size: b >= 1, the examples of the "loss_minibatch" probe; None for
+        `batch_size`.
       delay_env: an `Env` over the same N clients whose rounds, latencies, feedback and
         oracle replace the latency model and `feedback` (module docstring); its
         `Feedback.success` marks the updates that arrive in time.
@@ -283,6 +313,10 @@ def training(
     if drop_late is not None:
         validation.boolean("drop_late", drop_late)
     validation.boolean("observe_local_accuracy", observe_local_accuracy)
+    validation.boolean("observe_client_loss", observe_client_loss)
+    probe_batch_size = validation.positive_int(
+        "probe_batch_size", batch_size if probe_batch_size is None else probe_batch_size
+    )
     if algorithm == "fedsgd":
         num_steps, num_epochs = num_steps or 1, None
     elif num_steps is not None:
@@ -318,6 +352,10 @@ def training(
         data, model = synthetic_task(n)
     check_data(data, model, n)
     update_fn = local_sgd(model.apply, learning_rate, batch_size, num_epochs, num_steps, optimizer)
+    counts_f = jnp.asarray(data.counts, jnp.float32)
+    # |B_i|: every example per epoch, or at most num_steps * batch_size draws.
+    num_samples = counts_f if num_steps is None else jnp.minimum(counts_f, num_steps * batch_size)
+    data_fraction = counts_f / jnp.sum(counts_f)
     has_oracle = feedback in ("latency", "success")
     if delay_env is not None:
         if not isinstance(delay_env, Env) or delay_env.num_clients != n:
@@ -361,18 +399,51 @@ def training(
             delay = delay_env.reset(jax.random.fold_in(key, 2), params.delay)
         return TrainingState(agg.init(weights), mu, test_metrics(weights)[0], delay, avail)
 
+    def probe_losses(weights, key):
+        """Every client's loss of `weights` on all its training data and on one minibatch
+        of `probe_batch_size` examples drawn without replacement (all if fewer)."""
+        loss, _ = evaluate_clients(model.apply, weights, data.x, data.y, data.counts)
+        n_max = data.x.shape[1]
+
+        def draw(client):
+            index, _ = probe_minibatch(
+                jax.random.fold_in(key, client), data.counts[client], n_max, probe_batch_size
+            )
+            return data.x[client, index], data.y[client, index]
+
+        xb, yb = jax.vmap(draw)(jnp.arange(n))
+        taken = jnp.minimum(data.counts, probe_batch_size)
+        minibatch, _ = evaluate_clients(model.apply, weights, xb, yb, taken)
+        return {
+            "loss": loss,
+            "loss_minibatch": minibatch,
+            "data_size": data.counts.astype(jnp.float32),
+            "data_fraction": data_fraction,
+            "num_samples": num_samples,
+        }
+
     def observe(state, t, key, params=None):
         params = defaults if params is None else params
+        probe_key = jax.random.fold_in(key, 1)
         if delay_env is not None:
-            return delay_env.observe(state.delay, t, key, params.delay)
+            round_input = delay_env.observe(state.delay, t, key, params.delay)
+            if not observe_client_loss:
+                return round_input
+            info = probe_losses(agg.global_params(state.server), probe_key)
+            if isinstance(round_input.info, dict):
+                info = {**round_input.info, **info}
+            elif round_input.info is not None:
+                info["delay"] = round_input.info
+            return round_input._replace(info=info)
         available = process.sample(state.availability, t, key, params.availability)
-        info = None
+        info, weights = None, agg.global_params(state.server)
         if observe_local_accuracy:
-            params = agg.global_params(state.server)
             _, acc = evaluate_clients(
-                model.apply, params, data.x_heldout, data.y_heldout, data.heldout_counts
+                model.apply, weights, data.x_heldout, data.y_heldout, data.heldout_counts
             )
             info = {"local_accuracy": acc}
+        if observe_client_loss:
+            info = {**(info or {}), **probe_losses(weights, probe_key)}
         return RoundInput(t=jnp.asarray(t, jnp.int32), available=available, info=info)
 
     def client_means(state, params):
@@ -387,8 +458,8 @@ def training(
     def train(state, decision, latency, success, key):
         """Trains the selected cohort (the k lowest-indexed selected clients).
 
-        Returns the new server state, test loss and accuracy, the f32[N] training loss of
-        each trained client (0 elsewhere) and the bool[N] trained clients.
+        Returns the new server state, test loss and accuracy, the `Feedback.info` training
+        statistics (module docstring) and the bool[N] trained clients.
         """
         selected = decision.selected
         slots = jnp.nonzero(selected, size=k, fill_value=0)[0]
@@ -411,9 +482,17 @@ def training(
         server = agg.update(state.server, result.delta, cohort)
         # Empty slots point at client 0; they are sent out of bounds and dropped.
         index = jnp.where(valid, slots, n)
-        client_loss = jnp.zeros((n,), jnp.float32).at[index].set(result.loss, mode="drop")
+        scatter = lambda v: jnp.zeros((n,), jnp.float32).at[index].set(v, mode="drop")
+        client_loss = scatter(result.loss)
+        info = {
+            "client_loss": client_loss,
+            "loss": client_loss,
+            "loss_rms": scatter(result.loss_rms),
+            "loss_rms_last_batch": scatter(result.last_loss_rms),
+            "num_samples": num_samples,
+        }
         trained = jnp.zeros((n,), bool).at[index].set(True, mode="drop")
-        return server, *test_metrics(agg.global_params(server)), client_loss, trained
+        return server, *test_metrics(agg.global_params(server)), info, trained
 
     def step_with_delay_env(state, round_input, decision, key, params=None):
         params = defaults if params is None else params
@@ -421,10 +500,9 @@ def training(
         out, delay, stats = delay_env.step(
             state.delay, round_input, decision, delay_key, params.delay
         )
-        server, loss, accuracy, client_loss, trained = train(
+        server, loss, accuracy, info, trained = train(
             state, decision, out.latency, out.success, train_key
         )
-        info = {"client_loss": client_loss}
         if isinstance(out.info, dict):
             info = {**out.info, **info}
         elif out.info is not None:
@@ -449,14 +527,11 @@ def training(
             latency, success = raw, jnp.ones((n,), bool)
         else:
             latency, success = jnp.minimum(raw, deadline_), raw < deadline_
-        server, loss, accuracy, client_loss, trained = train(
-            state, decision, latency, success, train_key
-        )
+        server, loss, accuracy, info, trained = train(state, decision, latency, success, train_key)
         weights = agg.global_params(server)
         # Selected clients beyond the k slots were not trained: failed, not observed.
         selected = decision.selected & trained
         success = success & ~(decision.selected & ~trained)
-        info = {"client_loss": client_loss}
 
         observed = selected
         if feedback == "latency":

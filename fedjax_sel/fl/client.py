@@ -8,6 +8,10 @@ and a minibatch with no valid example leaves parameters and optimizer state unch
 so a client padded to any `n_max` trains exactly as the same client unpadded. A client
 with `count = 0` (an empty cohort slot) returns a zero update.
 
+Along the way the update records each real example's loss, from the forward pass of the
+step that trains on it, for the root-mean-square statistics of Oort's utility
+(`ClientResult.loss_rms`, `last_loss_rms`).
+
 Shuffles and minibatch draws are built from `fold_in(key, i)` per position `i`, so they
 depend on the key and the count only, never on `n_max`. The update reads its minibatches
 straight from the shared arrays of all clients, so a cohort of k clients `vmap`-ed over
@@ -33,15 +37,26 @@ Params = Any
 class ClientResult(NamedTuple):
     """What one client sends back.
 
+    The per-example statistics are those of Oort's statistical utility (Lai et al., OSDI
+    2021, eq. 1: `|B_i| sqrt(1/|B_i| sum_{k in B_i} loss(k)^2)`). Each example's loss is
+    taken, like the minibatch loss, from the forward pass of the step that trains on it
+    (the model before that step's update); padding never counts.
+
     Attributes:
       delta: pytree like the parameters, trained minus downloaded parameters.
       loss: f32[], mean minibatch training loss over the steps taken (0 if none).
       num_steps: f32[], minibatch steps that held at least one real example.
+      loss_rms: f32[], `sqrt(mean loss(k)^2)` over every example of every step taken
+        (an example drawn twice counts twice; 0 if none): the paper's utility per example.
+      last_loss_rms: f32[], the same over the last step taken alone (0 if none): what
+        FedScale's client reports (`loss_squared` of its last minibatch).
     """
 
     delta: Params
     loss: chex.Array
     num_steps: chex.Array
+    loss_rms: chex.Array
+    last_loss_rms: chex.Array
 
 
 ClientUpdate = Callable[
@@ -80,6 +95,17 @@ def _epoch_batches(key, count, n_max, batch_size):
     order = jnp.concatenate([order, jnp.zeros((steps * batch_size - n_max,), order.dtype)])
     valid = jnp.arange(steps * batch_size) < count
     return order.reshape(steps, batch_size), valid.reshape(steps, batch_size)
+
+
+def probe_minibatch(key, count, n_max, batch_size):
+    """int32[B] indices and bool[B] mask of one minibatch drawn without replacement.
+
+    The first minibatch of a shuffled epoch (`B = batch_size`): `min(count, B)` distinct
+    real examples, uniformly at random, first; the other rows are masked padding. Like
+    the training batches, it depends on the key and the count only, never on `n_max`.
+    """
+    index, valid = _epoch_batches(key, count, n_max, batch_size)
+    return index[0], valid[0]
 
 
 def _sampled_batches(key, count, num_steps, batch_size):
@@ -149,7 +175,14 @@ def local_sgd(
         raise ValueError(f"loss must be callable (logits, labels, mask) -> f32[], got {loss!r}.")
 
     def loss_fn(params, xb, yb, mb):
-        return loss(apply_fn(params, xb), yb, mb)
+        logits = apply_fn(params, xb)
+        return loss(logits, yb, mb), logits
+
+    def example_losses(logits, yb):
+        """f32[B]: the loss of each example alone, `loss(logits[b], y[b], [1])`; exact for
+        any masked-mean loss, from the logits of the step's own forward pass."""
+        one = jnp.ones((1,), jnp.float32)
+        return jax.vmap(lambda lb, yb: loss(lb[None], yb[None], one))(logits, yb)
 
     def run_batches(carry, rows, index, valid):
         """Minibatch steps; `rows(index)` gathers one minibatch of the client's examples."""
@@ -157,7 +190,9 @@ def local_sgd(
         def step(carry, batch):
             params, opt_state = carry
             idx, mb = batch
-            loss, grads = jax.value_and_grad(loss_fn)(params, *rows(idx), mb)
+            xb, yb = rows(idx)
+            (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, xb, yb, mb)
+            squares = jnp.where(mb, example_losses(logits, yb) ** 2, 0.0)
             updates, new_opt_state = optimizer.update(grads, opt_state, params)
             new_params = optax.apply_updates(params, updates)
             # A batch of padding only is no step at all: nothing moves, not even the
@@ -168,7 +203,13 @@ def local_sgd(
                 jax.tree.map(keep, new_params, params),
                 jax.tree.map(keep, new_opt_state, opt_state),
             )
-            return carry, (jnp.where(taken, loss, 0.0), taken.astype(jnp.float32))
+            stats = (
+                jnp.where(taken, loss, 0.0),
+                taken.astype(jnp.float32),
+                jnp.sum(squares),
+                jnp.sum(mb.astype(jnp.float32)),
+            )
+            return carry, stats
 
         return lax.scan(step, carry, (index, valid))
 
@@ -187,12 +228,22 @@ def local_sgd(
                 index, valid = _epoch_batches(jax.random.fold_in(key, e), count, n_max, batch_size)
                 return run_batches(carry, rows, index, valid)
 
-            carry, (losses, taken) = lax.scan(epoch, carry, jnp.arange(num_epochs))
+            carry, stats = lax.scan(epoch, carry, jnp.arange(num_epochs))
         else:
             index, valid = _sampled_batches(key, count, num_steps, batch_size)
-            carry, (losses, taken) = run_batches(carry, rows, index, valid)
+            carry, stats = run_batches(carry, rows, index, valid)
+        losses, taken, squares, examples = stats
         steps = jnp.sum(taken)
         delta = jax.tree.map(jnp.subtract, carry[0], params)
-        return ClientResult(delta, jnp.sum(losses) / jnp.maximum(steps, 1.0), steps)
+        # Flattened, steps are in training order; the last one taken holds real examples.
+        taken, squares, examples = taken.ravel(), squares.ravel(), examples.ravel()
+        last = jnp.max(jnp.where(taken > 0, jnp.arange(taken.shape[0]), 0))
+        return ClientResult(
+            delta,
+            jnp.sum(losses) / jnp.maximum(steps, 1.0),
+            steps,
+            jnp.sqrt(jnp.sum(squares) / jnp.maximum(jnp.sum(examples), 1.0)),
+            jnp.sqrt(squares[last] / jnp.maximum(examples[last], 1.0)),
+        )
 
     return update
