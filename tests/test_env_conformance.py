@@ -29,6 +29,11 @@ N, K, TRIALS, ROUNDS = 12, 2, 3, 4
 VARIANTS = {
     "bernoulli": ({"means_range": (0.2, 0.6)}, "means_range[1]", {"means_range": (0.0, np.inf)}),
     "beta": ({"concentration": 4.0}, "concentration", {"concentration": np.inf}),
+    "devices": (
+        {"model_size_kbit": 10000.0, "duration_noise": 0.2, "shared_rate": 0.1},
+        "model_size_kbit",
+        {"model_size_kbit": np.inf},
+    ),
     "dfl_delay": ({"tau_max": 2.0, "area_m": 300.0}, "tau_max", {"tau_max": np.inf}),
     "exchange_time": (
         {"model_size_mb": 10.0, "bandwidth_mhz": (1.0, 3.0)},
@@ -49,7 +54,7 @@ VARIANTS = {
 }
 NAMES = sorted(envs.REGISTRY)
 # Entries whose default build has no oracle (model-based rewards: regret undefined).
-WITHOUT_ORACLE = ("fl_da", "fl_fa", "training")
+WITHOUT_ORACLE = ("devices", "fl_da", "fl_fa", "training")
 # fl_da is fl_fa's code but for the reward it reports (tests/test_goal_directed.py); the
 # compile-heavy parameter sweep runs once for both.
 SWEPT = [n for n in NAMES if n != "fl_da"]

@@ -11,7 +11,7 @@ The training-backed environments import flax and optax: they are loaded on first
 `make("fl_fa", ...)`, `make("fl_da", ...)`), so that `import fedjax_sel` stays light.
 """
 
-from fedjax_sel.envs import availability
+from fedjax_sel.envs import availability, devices
 from fedjax_sel.envs.availability import Availability, with_availability
 from fedjax_sel.envs.dfl_delay import DFLDelayParams, DFLDelayState, DFLRound, dfl_delay
 from fedjax_sel.envs.exchange_time import (
@@ -73,6 +73,7 @@ def _fl_da(num_clients, num_selected, **parameters):
 REGISTRY = Registry("environment")
 REGISTRY.register("bernoulli", bernoulli)
 REGISTRY.register("beta", beta)
+REGISTRY.register("devices", devices.devices)
 REGISTRY.register("dfl_delay", dfl_delay)
 REGISTRY.register("exchange_time", exchange_time)
 REGISTRY.register("fl_da", _fl_da)
@@ -100,6 +101,7 @@ __all__ = [
     "Availability",
     "bernoulli",
     "beta",
+    "devices",
     "dfl_delay",
     "DFLDelayParams",
     "DFLDelayState",
