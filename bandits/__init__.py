@@ -22,7 +22,9 @@ from bandits.dfl_ccmab import dfl_ccmab
 from bandits.edge_baselines import cucb_base, cucb_super, edge_linucb, edge_random
 from bandits.epsilon_greedy import epsilon_greedy
 from bandits.local_accuracy import local_accuracy
+from bandits.oort import OortState, oort
 from bandits.per_server import per_server_epsilon_greedy, per_server_random
+from bandits.power_of_choice import PowerOfChoiceState, power_of_choice
 from bandits.rbcs_f import (
     FedCSState,
     RBCSFState,
@@ -42,6 +44,7 @@ REGISTRY.register("bp_ucb", bp_ucb, uneven="fill")
 REGISTRY.register("bp_ucb_literal", bp_ucb, uneven="fill", belief_mode="literal")
 REGISTRY.register("cocs", cocs)
 REGISTRY.register("cocs_literal", cocs, fill_in=False)
+REGISTRY.register("cpow_d", power_of_choice, variant="cpow-d")
 REGISTRY.register("cs_ucb", cs_ucb)
 REGISTRY.register("cs_ucb_q", cs_ucb_q)
 REGISTRY.register("cucb_base", cucb_base)
@@ -56,13 +59,17 @@ REGISTRY.register("fedcs", fedcs)
 REGISTRY.register("group_round_robin", group_round_robin)
 REGISTRY.register("local_accuracy", local_accuracy)
 REGISTRY.register("modified_cs_ucb", modified_cs_ucb)
+REGISTRY.register("oort", oort)
+REGISTRY.register("oort_paper", oort, utility_loss="round", exhausted="exploit")
 REGISTRY.register("oracle", oracle)
 REGISTRY.register("per_server_epsilon_greedy", per_server_epsilon_greedy)
 REGISTRY.register("per_server_random", per_server_random)
+REGISTRY.register("pow_d", power_of_choice, variant="pow-d")
 REGISTRY.register("quick_init_ucb", quick_init_ucb, uneven="fill")
 REGISTRY.register("random", random)
 REGISTRY.register("rbcs_f", rbcs_f)
 REGISTRY.register("round_robin", round_robin)
+REGISTRY.register("rpow_d", power_of_choice, variant="rpow-d")
 REGISTRY.register("set_round_robin", set_round_robin)
 REGISTRY.register("super_arm_ucb", super_arm_ucb)
 REGISTRY.register("thompson", thompson)
@@ -98,9 +105,13 @@ __all__ = [
     "lower_confidence_bound",
     "make",
     "modified_cs_ucb",
+    "oort",
+    "OortState",
     "oracle",
     "per_server_epsilon_greedy",
     "per_server_random",
+    "power_of_choice",
+    "PowerOfChoiceState",
     "quick_init_ucb",
     "random",
     "rbcs_f",

@@ -55,6 +55,12 @@ def _edge_servers() -> Setting:
     return Setting(envs.dfl_delay(N, K, num_servers=SERVERS), SERVERS * K)
 
 
+def _devices() -> Setting:
+    # FedScale-style devices: RoundInput.info holds the losses and data fractions that
+    # loss-based policies read, Feedback.info the training losses.
+    return Setting(envs.make("devices", N, K), K)
+
+
 def _exchange_time() -> Setting:
     return Setting(envs.exchange_time(N, K), K)
 
@@ -96,14 +102,19 @@ ENVIRONMENTS = {
     "edge_random": _hierarchical,
     "bp_ucb": _opinions,
     "bp_ucb_literal": _opinions,
+    "cpow_d": _devices,
     "dfl_ccmab": _edge_servers,
     "dfl_ccmab_literal": _edge_servers,
     "fedcs": _exchange_time_uncapped,
     "local_accuracy": _training_with_local_accuracy,
+    "oort": _devices,
+    "oort_paper": _devices,
     "per_server_epsilon_greedy": _edge_servers,
     "per_server_random": _edge_servers,
+    "pow_d": _devices,
     "quick_init_ucb": _opinions,
     "rbcs_f": _exchange_time,
+    "rpow_d": _devices,
     "super_arm_ucb": _opinions,
 }
 
