@@ -343,9 +343,10 @@ def _launcher(module_name):
     The launchers define flags of the same names in absl's global FLAGS, so the flags
     of any launcher loaded before are removed first.
     """
-    for module, defined in flags.FLAGS.flags_by_module_dict().items():
+    # Copies: removing a flag edits the lists being walked.
+    for module, defined in list(flags.FLAGS.flags_by_module_dict().items()):
         if module.startswith("launch."):
-            for flag in defined:
+            for flag in list(defined):
                 if flag.name in flags.FLAGS:
                     delattr(flags.FLAGS, flag.name)
     sys.modules.pop(module_name, None)
