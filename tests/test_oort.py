@@ -367,3 +367,24 @@ def test_exhausted_exploration_stale_or_exploit():
     c = int(stale_states[-1].calls)
     assert int(np.sum(stale_states[-1].exploited)) == m - schedule[min(c, len(schedule)) - 1]
     assert int(np.sum(states[-1].exploited)) == m and cohorts[-1].sum() == m
+
+
+@pytest.mark.parametrize("name", ["oort", "oort_paper", "pow_d", "cpow_d", "rpow_d"])
+def test_a_million_clients_select_without_a_sort(name):
+    # Issue 22's scale: N = 1e6, cohort 100 (130 over-committed). The lowered round holds
+    # no sort (O(N log N)); state and inputs are O(N) arrays.
+    import bandits
+
+    n, m = 1_000_000, 130
+    policy = bandits.make(name, n, m)
+    vector = jax.ShapeDtypeStruct((n,), jnp.float32)
+    info = {
+        key: vector for key in ("num_samples", "duration_s", "loss", "loss_minibatch", "data_size")
+    }
+    info["data_fraction"] = vector
+    inp = RoundInput(t=jnp.int32(2), available=jax.ShapeDtypeStruct((n,), jnp.bool_), info=info)
+    state = jax.eval_shape(policy.init, jax.random.PRNGKey(0))
+    text = jax.jit(policy.select).lower(state, inp, jax.random.PRNGKey(0)).as_text()
+    assert "stablehlo.sort" not in text
+    leaves = jax.tree.leaves(state)
+    assert all(x.size <= 2 * n for x in leaves)
