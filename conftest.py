@@ -10,6 +10,7 @@ chunking, resumption or device count) request `optimized`: the runner's programs
 at XLA's default level, 3. A level in the caller's `XLA_FLAGS` is kept.
 """
 
+import contextlib
 import os
 
 import pytest
@@ -27,3 +28,26 @@ def optimized(monkeypatch):
 
     options = {**runner.COMPILER_OPTIONS.get("cpu", {}), "xla_backend_optimization_level": 3}
     monkeypatch.setitem(runner.COMPILER_OPTIONS, "cpu", options)
+
+
+@contextlib.contextmanager
+def _nothing_traced():
+    """Fails if JAX traces or compiles anything inside the block."""
+    import jax
+
+    events = []
+    listener = lambda event, duration, **kw: events.append(event)  # noqa: E731
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    traced = [e for e in events if "/jax/core/compile" in e]
+    assert not traced, f"traced or compiled before refusing: {traced}"
+
+
+@pytest.fixture
+def nothing_traced():
+    """A context manager that fails if JAX traces or compiles anything inside it (bad input
+    must be refused in Python, before tracing)."""
+    return _nothing_traced

@@ -10,7 +10,6 @@ runs. CLI cases run in-process through each launcher's `main`, its absl flags pa
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import math
 import os
@@ -31,20 +30,6 @@ from fedjax_sel.types import Decision, Feedback
 INF, NAN = math.inf, math.nan
 N, K = 12, 2  # sizes every registry entry accepts (dfl_delay: 3 cells of 4)
 SPECIAL_SIZES = {"exchange_time": (40, 8)}
-
-
-@contextlib.contextmanager
-def _nothing_traced():
-    """Fails if JAX traces or compiles anything inside the block."""
-    events = []
-    listener = lambda event, duration, **kw: events.append(event)  # noqa: E731
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    traced = [e for e in events if "/jax/core/compile" in e]
-    assert not traced, f"traced or compiled before refusing: {traced}"
 
 
 @pytest.fixture
@@ -141,12 +126,12 @@ FACTORY_CASES = [
     FACTORY_CASES,
     ids=[f"{k}-{n}-{'-'.join(o)}" for k, n, o, _ in FACTORY_CASES],
 )
-def test_factory_refuses_bad_argument(kind, name, overrides, arg, empty_cwd):
+def test_factory_refuses_bad_argument(kind, name, overrides, arg, empty_cwd, nothing_traced):
     num_clients, num_selected = _sizes(name)
     kwargs = dict(overrides)
     num_clients = kwargs.pop("num_clients", num_clients)
     num_selected = kwargs.pop("num_selected", num_selected)
-    with _nothing_traced(), pytest.raises(ValueError) as info:
+    with nothing_traced(), pytest.raises(ValueError) as info:
         REGISTRIES[kind].make(name, num_clients, num_selected, **kwargs)
     assert arg in str(info.value), str(info.value)
 
@@ -164,8 +149,8 @@ PUBLIC_FACTORIES = [
 
 
 @pytest.mark.parametrize("make, arg", PUBLIC_FACTORIES, ids=[a for _, a in PUBLIC_FACTORIES])
-def test_public_factory_refuses_bad_argument(make, arg, empty_cwd):
-    with _nothing_traced(), pytest.raises(ValueError, match=arg):
+def test_public_factory_refuses_bad_argument(make, arg, empty_cwd, nothing_traced):
+    with nothing_traced(), pytest.raises(ValueError, match=arg):
         make()
 
 
@@ -414,7 +399,7 @@ SIMULATE_CASES: list[tuple[dict, str]] = [
 
 
 @pytest.mark.parametrize("kwargs, arg", SIMULATE_CASES)
-def test_simulate_refuses_bad_argument(kwargs, arg, empty_cwd):
+def test_simulate_refuses_bad_argument(kwargs, arg, empty_cwd, nothing_traced):
     call = dict(
         policies={"random": bandits.random(N, K)},
         env=envs.bernoulli(N, K),
@@ -422,5 +407,5 @@ def test_simulate_refuses_bad_argument(kwargs, arg, empty_cwd):
         num_trials=2,
     )
     call.update(kwargs)
-    with _nothing_traced(), pytest.raises(ValueError, match=arg):
+    with nothing_traced(), pytest.raises(ValueError, match=arg):
         fedjax_sel.simulate(**call)

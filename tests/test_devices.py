@@ -1,7 +1,6 @@
 """The heterogeneous-device environment (`envs.devices`) against hand-worked cases, NumPy
 loops and the laws of its random parts."""
 
-import contextlib
 import json
 import math
 import os
@@ -437,18 +436,6 @@ def test_load_trace_formats_agree_and_the_example_ships(tmp_path):
     np.testing.assert_array_equal(inp.available[16:32], inp.available[:16])
 
 
-@contextlib.contextmanager
-def _nothing_compiled():
-    events = []
-    listener = lambda event, duration, **kw: events.append(event)  # noqa: E731
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    assert not [e for e in events if "trace" in e or "compile" in e], events
-
-
 HEADER = "client_id,start_s,end_s\n"
 BAD_TRACES = [
     ("unknown_id.csv", HEADER + "0,0,10\n5,0,10\n", "line 3: client_id"),
@@ -476,10 +463,12 @@ BAD_TRACES = [
 
 
 @pytest.mark.parametrize("name, text, match", BAD_TRACES, ids=[b[0] for b in BAD_TRACES])
-def test_bad_traces_are_refused_naming_the_line_and_field(tmp_path, name, text, match):
+def test_bad_traces_are_refused_naming_the_line_and_field(
+    tmp_path, name, text, match, nothing_traced
+):
     path = tmp_path / name
     path.write_text(text)
-    with _nothing_compiled(), pytest.raises(ValueError, match=match.replace("[", r"\[")):
+    with nothing_traced(), pytest.raises(ValueError, match=match.replace("[", r"\[")):
         devices.load_trace(path, 3)
 
 
@@ -514,6 +503,6 @@ BAD_FACTORIES = [
 
 
 @pytest.mark.parametrize("make, match", BAD_FACTORIES)
-def test_bad_arguments_are_refused_before_anything_compiles(make, match):
-    with _nothing_compiled(), pytest.raises(ValueError, match=match):
+def test_bad_arguments_are_refused_before_anything_compiles(make, match, nothing_traced):
+    with nothing_traced(), pytest.raises(ValueError, match=match):
         make()
