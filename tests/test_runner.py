@@ -586,15 +586,29 @@ def test_parameters_are_an_argument_of_the_compiled_programs():
 
 
 @pytest.mark.parametrize(
-    "selected, message",
+    "decide, message",
     [
-        (lambda inp: inp.available.astype(jnp.float32), r"Decision.selected must be bool\[6\]"),
-        (lambda inp: jnp.ones((N + 1,), bool), r"Decision.selected must be bool\[6\]"),
+        (
+            lambda inp: fedjax_sel.Decision(inp.available.astype(jnp.float32)),
+            r"Decision.selected must be bool\[6\]",
+        ),
+        (
+            lambda inp: fedjax_sel.Decision(jnp.ones((N + 1,), bool)),
+            r"Decision.selected must be bool\[6\]",
+        ),
+        (
+            lambda inp: fedjax_sel.Decision(inp.available, probe=inp.available),
+            r"Decision.probe must be None or f32\[6\]",
+        ),
+        (
+            lambda inp: fedjax_sel.Decision(inp.available, probe=jnp.ones(N + 1)),
+            r"Decision.probe must be None or f32\[6\]",
+        ),
     ],
 )
-def test_a_decision_of_the_wrong_shape_or_dtype_is_refused_before_anything_runs(selected, message):
+def test_a_decision_of_the_wrong_shape_or_dtype_is_refused_before_anything_runs(decide, message):
     calls = []
-    sel = _selector(lambda state, inp, key: (fedjax_sel.Decision(selected(inp)), state))
+    sel = _selector(lambda state, inp, key: (decide(inp), state))
     with pytest.raises(ValueError, match=message):
         fedjax_sel.simulate({"bad": sel}, _env(), 5, 2, progress=lambda *a: calls.append(a))
     assert calls == []

@@ -103,33 +103,31 @@ def check_decision(decision, num_clients: int) -> None:
         raise ValueError(
             f"select must return a fedjax_sel.Decision, got {type(decision).__name__}."
         )
-    selected = decision.selected
-    if getattr(selected, "shape", None) != (num_clients,) or selected.dtype != jnp.bool_:
-        raise ValueError(
-            f"Decision.selected must be bool[{num_clients}] (one flag per client), got "
-            f"{getattr(selected, 'dtype', type(selected).__name__)}"
-            f"{list(getattr(selected, 'shape', ()))}."
-        )
-    assignment = decision.assignment
-    if assignment is not None and (
-        getattr(assignment, "shape", None) != (num_clients,)
-        or not jnp.issubdtype(assignment.dtype, jnp.integer)
-    ):
-        raise ValueError(
-            f"Decision.assignment must be None or int32[{num_clients}] (a server per client, "
-            f"-1 for none), got {getattr(assignment, 'dtype', type(assignment).__name__)}"
-            f"{list(getattr(assignment, 'shape', ()))}."
-        )
-    probe = decision.probe
-    if probe is not None and (
-        getattr(probe, "shape", None) != (num_clients,)
-        or not jnp.issubdtype(probe.dtype, jnp.floating)
-    ):
-        raise ValueError(
-            f"Decision.probe must be None or f32[{num_clients}] (examples each client "
-            f"evaluated, 0 for none), got {getattr(probe, 'dtype', type(probe).__name__)}"
-            f"{list(getattr(probe, 'shape', ()))}."
-        )
+    fields = (
+        ("selected", jnp.bool_, f"bool[{num_clients}] (one flag per client)", False),
+        (
+            "assignment",
+            jnp.integer,
+            f"int32[{num_clients}] (a server per client, -1 for none)",
+            True,
+        ),
+        (
+            "probe",
+            jnp.floating,
+            f"f32[{num_clients}] (examples each client evaluated, 0 for none)",
+            True,
+        ),
+    )
+    for name, kind, wanted, optional in fields:
+        value = getattr(decision, name)
+        if optional and value is None:
+            continue
+        if getattr(value, "shape", None) != (num_clients,) or not jnp.issubdtype(value.dtype, kind):
+            raise ValueError(
+                f"Decision.{name} must be {'None or ' if optional else ''}{wanted}, got "
+                f"{getattr(value, 'dtype', type(value).__name__)}"
+                f"{list(getattr(value, 'shape', ()))}."
+            )
 
 
 def programs(env: Env, selector: Selector, *settings):
