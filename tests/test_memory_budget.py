@@ -107,8 +107,10 @@ def test_results_equal_the_unchunked_run(optimized):
         (1000, 1000, 3, 256),
         # 20,971 trials fit: 16,384 covers the 10,000 (10064, against 10560 for 2048).
         (100, 10_000, 1, 16_384),
-        # More clients than the bound: one trial at a time.
+        # More clients than the bound: one trial at a time, one per device on several
+        # (a chunk of 1 on 2 devices would run 2 trials, one of them padding).
         (2**22, 3, 1, 1),
+        (10**6, 16, 2, 2),
     ],
 )
 def test_cpu_chunk_by_hand(num_clients, num_trials, num_devices, expected):

@@ -150,8 +150,9 @@ CPU_CORE_CHUNK_CLIENT_TRIALS = 5 * 2**15
 def cpu_trials_per_chunk(num_clients: int, num_trials: int, num_devices: int = 1) -> int:
     """The trial chunk of a CPU run: at most `CPU_CHUNK_CLIENT_TRIALS / num_clients`
     trials on one device, `CPU_CORE_CHUNK_CLIENT_TRIALS / num_clients` per device on
-    several, a power of two, the one that pads the trials least
+    several, but at least one trial per device (a chunk of fewer would pad every device
+    block), a power of two, the one that pads the trials least
     (`trials_per_chunk_for_budget`)."""
     per_device = CPU_CHUNK_CLIENT_TRIALS if num_devices == 1 else CPU_CORE_CHUNK_CLIENT_TRIALS
-    bound = max(1, per_device * num_devices // num_clients)
+    bound = max(num_devices, per_device * num_devices // num_clients)
     return least_padded_chunk(bound, num_trials, num_devices)
