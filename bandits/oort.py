@@ -34,7 +34,9 @@ argument at FedScale's default. Each round t:
    without replacement proportional to it.
    When no available client is unexplored, FedScale keeps its previous exploration list
    (and re-selects it, round after round, once every client is explored); so does this
-   selector (those of them available) by default, `exhausted="stale"`. With
+   selector by default, `exhausted="stale"`, with those of the list available and not
+   exploited, at most m - e of them (drawn uniformly): FedScale's list plus the
+   exploited can exceed m while epsilon still decays, and a cohort is at most m here. With
    `exhausted="exploit"` the exploration slots that too few unexplored clients leave
    empty go to exploitation instead (e = min(m - min(floor(m eps), #unexplored),
    #explored)), as the paper's Algorithm 1 reads when it leaves the case open.
@@ -340,10 +342,10 @@ def rank(
     positive = feasible & (reward > 0)
     size = jnp.sum(positive, dtype=jnp.int32)
     clip_rank = size - jnp.minimum(jnp.asarray(cfg.clip_index)[size], size - 1)
-    clip, high, low = (
-        jnp.where(size > 0, _value_at(reward, positive, k), 0.0)
-        for k in (clip_rank, jnp.int32(1), size)
-    )
+    clip = jnp.where(size > 0, _value_at(reward, positive, clip_rank), 0.0)
+    # The largest and smallest by one reduction each, not a 32-pass search (the same values).
+    high = jnp.where(size > 0, jnp.max(jnp.where(positive, reward, -jnp.inf)), 0.0)
+    low = jnp.where(size > 0, jnp.min(jnp.where(positive, reward, jnp.inf)), 0.0)
     low = low * 0.999
     spread = jnp.maximum(high - low, 1e-4)
     # Scores of the explored feasible clients (Oort eq. 2 with the duration penalty).
@@ -454,23 +456,30 @@ def oort(
         """One call of FedScale's `getTopK`: the cohort and the state after it."""
         info = validation.require(inp.info, "info", policy="oort")
         ranking = rank(cfg, state, inp.available, info["num_samples"], info["duration_s"])
-        exploit_key, explore_key = jax.random.split(key)
+        exploit_key, explore_key, stale_key = jax.random.split(key, 3)
         exploit = _sample(ranking.score, ranking.candidates, ranking.exploit_len, exploit_key)
         count = jnp.sum(ranking.unexplored, dtype=jnp.int32)
-        take = jnp.minimum(count, m - jnp.sum(exploit, dtype=jnp.int32))
+        room = m - jnp.sum(exploit, dtype=jnp.int32)
+        take = jnp.minimum(count, room)
         window = exploration_window(cfg, ranking, take)
         explore = _sample(ranking.initial, window, take, explore_key)
+        explored = explore
         if cfg.stale:
-            explore = jnp.where(count > 0, explore, state.explored)
+            # FedScale's last exploration list, kept whole; of it, the available clients
+            # not exploited, at most the room left (uniformly), join the cohort.
+            explored = jnp.where(count > 0, explore, state.explored)
+            left = state.explored & inp.available & ~exploit
+            rejoin = ops.top_k_mask(jax.random.uniform(stale_key, left.shape), left, room)
+            explore = jnp.where(count > 0, explore, rejoin)
         called = state._replace(
             successful=jnp.zeros_like(state.successful),
-            explored=explore,
+            explored=explored,
             exploited=exploit,
             threshold=ranking.threshold,
             history=ranking.history,
             calls=state.calls + 1,
         )
-        return (explore & inp.available) | exploit, called
+        return explore | exploit, called
 
     def select(state, inp, key):
         oort_key, random_key = jax.random.split(key)

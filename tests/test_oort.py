@@ -388,3 +388,15 @@ def test_a_million_clients_select_without_a_sort(name):
     assert "stablehlo.sort" not in text
     leaves = jax.tree.leaves(state)
     assert all(x.size <= 2 * n for x in leaves)
+
+
+def test_cohort_never_exceeds_num_selected_when_the_stale_list_rejoins():
+    # FedScale's stale exploration list plus a growing exploitation could exceed m (a
+    # cohort of 14 of 13 at N = 50 within 15 rounds); the runner refuses such decisions.
+    import bandits
+    import fedjax_sel
+    from fedjax_sel import envs
+
+    env = envs.make("devices", 50, 13, num_kept=10)
+    results = fedjax_sel.simulate(bandits.make("oort", 50, 13), env, 15, 256, progress=None)
+    assert np.max(results.curves["policy"]["num_selected"]["mean"]) <= 13
