@@ -233,7 +233,13 @@ class Oort:
         self.exploited = np.zeros(self.n, bool)
         self.exploited[exploit] = True
         self.successful = np.zeros(self.n, bool)
-        return np.flatnonzero((self.explored & available) | self.exploited)
+        if unexplored.size:
+            return np.flatnonzero(self.explored | self.exploited)
+        # The last list rejoins within the m - e free slots, drawn uniformly.
+        left = np.flatnonzero(self.explored & available & ~self.exploited)
+        room = m - exploit.size
+        rejoin = rng.choice(left, min(room, left.size), replace=False)
+        return np.union1d(rejoin, exploit)
 
     def update(self, clients, duration, kept, rms_last, env: Devices) -> None:
         """FedScale's feedback: utility |B_i| x the last batch's RMS loss of the kept, their
