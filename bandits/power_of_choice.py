@@ -147,6 +147,14 @@ def power_of_choice(
         eligible = inp.available & (fraction > 0)
         return ops.gumbel_top_k(jnp.log(fraction), eligible, d, key)
 
+    def highest(score, candidate, key):
+        """bool[N]: the m candidates of highest `score`, ties at random, ranked among the
+        (at most d) candidates alone: one pass over N gathers them, not a ranking of N."""
+        slots = jnp.nonzero(candidate, size=d, fill_value=n)[0]
+        valid = slots < n
+        chosen = ops.masked_top_k(score[jnp.minimum(slots, n - 1)], valid, m, key)
+        return jnp.zeros((n,), bool).at[slots].set(chosen, mode="drop")
+
     def probe(inp, candidate):
         """f32[N], the examples each candidate evaluates (0 elsewhere)."""
         size = read("RoundInput", inp.info, "data_size")
@@ -166,7 +174,7 @@ def power_of_choice(
             candidate_key, tie_key = jax.random.split(key)
             candidate = candidates(inp, candidate_key)
             score = jnp.where(state.seen, state.stale_loss, jnp.float32(initial))
-            return Decision(ops.masked_top_k(score, candidate, m, tie_key)), state
+            return Decision(highest(score, candidate, tie_key)), state
 
         def update(state, decision, feedback):
             del decision
@@ -198,7 +206,7 @@ def power_of_choice(
         candidate_key, tie_key = jax.random.split(key)
         candidate = candidates(inp, candidate_key)
         loss = read("RoundInput", inp.info, loss_key)
-        selected = ops.masked_top_k(loss, candidate, m, tie_key)
+        selected = highest(loss, candidate, tie_key)
         return Decision(selected, probe=probe(inp, candidate)), state
 
     def update(state, decision, feedback):
