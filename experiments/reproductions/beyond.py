@@ -13,13 +13,16 @@ Figure "1" (bandit-only, thousands of trials): the heterogeneous-device environm
 `envs.devices` with its defaults (N = 100 clients, lognormal compute speeds, bandwidths and
 data sizes, Markov on/off availability with exponential sessions) over N = 1,000 clients,
 K = 10 kept of m = int(1.3 K) = 13 selected, 600 rounds; its loss surrogate stands for
-the model. Every
-registered policy that runs on it: Oort, pow-d / cpow-d / rpow-d (d = 2m), random, and the
-latency learners of the seed papers (CS-UCB, UCB, Thompson sampling, epsilon-greedy) on the
-environment's speed reward. The target is random's mean global loss at round 300 (half
-the run, so that a policy of slower progress per round but shorter rounds can still reach
-it); time to target is the mean cumulative round duration at the first round whose mean
-loss reaches it.
+the model. Every registered policy that runs on it: Oort (FedScale's code and the
+paper's readings), pow-d / cpow-d / rpow-d (d = 2m), random, and the latency learners of
+the seed papers (CS-UCB, UCB, Thompson sampling, epsilon-greedy) on the environment's
+speed reward. RBCS-F and FedCS read Huang et al.'s per-client contexts and exchange-time
+model, COCS and the edge-server policies edge servers, Tong's policies test opinions: the
+devices environment provides none of these, so they are not in the study.
+
+The target is random's mean global loss at round 300 (half the run, so that a policy of
+slower progress per round but shorter rounds can still reach it); time to target is the
+mean cumulative round duration at the first round whose mean loss reaches it.
 
 Figure "2" (training-backed, time to accuracy): the same devices drive the training
 environment (`delay_env`): FedAvg of logistic regression on scikit-learn's 8x8 digits
