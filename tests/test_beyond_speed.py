@@ -14,7 +14,7 @@ from experiments import beyond_reference
 from fedjax_sel import envs
 
 # 200 clients keep unexplored ones available to Oort through the 12 rounds (its exploration
-# list is never stale), so every round selects at most m.
+# list is never stale: tests/test_oort.py covers the stale list's rejoining).
 N, M, K, T = 200, 13, 10, 12
 JAX_TRIALS, NUMPY_TRIALS = 256, 128
 
