@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fedjax_sel.ops import _xla_cpu
+from fedjax_sel.ops.batching import where_needed
 from fedjax_sel.ops.order import kth_largest_key, order_key
 
 
@@ -54,7 +55,7 @@ def _take_first(keys: jax.Array, k) -> jax.Array:
     """bool[N]: the positive `keys` (u32[N]) among the first k in descending order, ties
     to the lower index: `lax.top_k` for a static k; for a traced one, the keys above the
     k-th largest (`order.kth_largest_key`, no sort) and the lowest-indexed of those equal
-    to it."""
+    to it (a cumulative count, in rounds where they do not all fit)."""
     n = keys.shape[0]
     if _is_static(k):
         values, first = lax.top_k(keys, k)
@@ -63,7 +64,15 @@ def _take_first(keys: jax.Array, k) -> jax.Array:
     above = keys > kth
     tied = keys == kth
     room = jnp.asarray(k, jnp.int32) - jnp.sum(above, dtype=jnp.int32)
-    return (above | (tied & (jnp.cumsum(tied, dtype=jnp.int32) <= room))) & (keys > 0)
+    # The lowest-indexed `room` of the tied, counted only where they do not all fit.
+    taken = where_needed(
+        jnp.sum(tied, dtype=jnp.int32) > room,
+        lambda t, r: t & (jnp.cumsum(t, dtype=jnp.int32) <= r),
+        lambda t, r: t,
+        tied,
+        room,
+    )
+    return (above | taken) & (keys > 0)
 
 
 def portable_masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
