@@ -49,9 +49,7 @@ def read(inp: RoundInput, num_clients: int, num_servers: int, context_dim: int |
     """
     context = validation.require(inp.pair_context, "pair_context", policy=policy)
     reach = validation.require(inp.connectivity, "connectivity", policy=policy)
-    info = validation.require(inp.info, "info", policy=policy)
-    if not isinstance(info, dict) or "cost" not in info:
-        raise ValueError(f"policy {policy!r} reads RoundInput.info['cost'], which is missing.")
+    cost = validation.require_info(inp.info, "cost", policy=policy)
     n, m, d = context.shape
     if (n, m) != (num_clients, num_servers):
         raise ValueError(
@@ -63,7 +61,7 @@ def read(inp: RoundInput, num_clients: int, num_servers: int, context_dim: int |
             f"policy {policy!r} was built for context_dim={context_dim}; the environment's "
             f"pair contexts have dimension {d}."
         )
-    return EdgeRound(context, (reach > 0) & inp.available[:, None], info["cost"])
+    return EdgeRound(context, (reach > 0) & inp.available[:, None], cost)
 
 
 def decision(selected_pairs: jax.Array) -> Decision:

@@ -30,12 +30,12 @@ def local_accuracy(num_clients: int, num_selected: int) -> Selector:
         return ()
 
     def select(state, inp, key):
-        if not isinstance(inp.info, dict) or "local_accuracy" not in inp.info:
-            raise ValueError(
-                "local_accuracy needs RoundInput.info['local_accuracy']; build the training "
-                "environment with observe_local_accuracy=True."
-            )
-        scores = -inp.info["local_accuracy"]
+        scores = -validation.require_info(
+            inp.info,
+            "local_accuracy",
+            policy="local_accuracy",
+            hint="build the training environment with observe_local_accuracy=True",
+        )
         return Decision(ops.masked_top_k(scores, inp.available, k, key)), state
 
     def update(state, decision, feedback):

@@ -127,18 +127,14 @@ def power_of_choice(
 
     def read(where, container, key):
         """f32[N] `container[key]`, or a ValueError naming what is missing."""
-        if not isinstance(container, dict) or key not in container:
-            raise ValueError(
-                f"policy {variant!r} reads {where}.info[{key!r}], which this environment "
-                f"does not provide; use envs.devices or the training environment on it."
-            )
-        value = container[key]
-        if jnp.shape(value) != (n,):
-            raise ValueError(
-                f"policy {variant!r} was built for num_clients={n}; {where}.info[{key!r}] "
-                f"has shape {jnp.shape(value)}."
-            )
-        return value
+        return validation.require_info(
+            container,
+            key,
+            policy=variant,
+            where=where,
+            hint="use envs.devices or the training environment on it",
+            num_clients=n,
+        )
 
     def candidates(inp, key):
         """bool[N], the candidate set A: min(d, #eligible) clients without replacement,

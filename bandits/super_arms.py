@@ -51,13 +51,13 @@ DENSE_MAX_ARMS = 2_000_000
 
 def opinions(feedback: Feedback, policy: str) -> chex.Array:
     """f32[N], every client's opinion (`Feedback.info["opinions"]`), or a ValueError."""
-    if not isinstance(feedback.info, dict) or "opinions" not in feedback.info:
-        raise ValueError(
-            f"policy {policy!r} reads Feedback.info['opinions'] (every client's test "
-            "opinion), which this environment does not provide; use envs.opinion_surrogate "
-            "or envs.training(feedback='opinions')."
-        )
-    return feedback.info["opinions"]
+    return validation.require_info(
+        feedback.info,
+        "opinions",
+        policy=policy,
+        where="Feedback",
+        hint="use envs.opinion_surrogate or envs.training(feedback='opinions')",
+    )
 
 
 def num_groups(num_clients: int, num_selected: int, uneven: str) -> int:

@@ -238,6 +238,37 @@ def require(value, field: str, *, policy: str):
     return value
 
 
+def require_info(
+    info,
+    key: str,
+    *,
+    policy: str,
+    where: str = "RoundInput",
+    hint: str = "",
+    num_clients: int | None = None,
+):
+    """Returns `info[key]`, an entry of a `RoundInput.info` (or `Feedback.info`) dict a
+    policy reads, or raises if the environment does not provide it (`require` for the
+    entries of `info`). With `num_clients`, the entry must be an [N] array.
+
+    Raises:
+      ValueError: naming the policy, the entry and, if given, `hint` (which environment
+        provides it).
+    """
+    if not isinstance(info, dict) or key not in info:
+        raise ValueError(
+            f"policy {policy!r} reads {where}.info[{key!r}], which this environment does not "
+            f"provide{'; ' + hint if hint else ''}."
+        )
+    value = info[key]
+    if num_clients is not None and np.shape(value) != (num_clients,):
+        raise ValueError(
+            f"policy {policy!r} was built for num_clients={num_clients}; "
+            f"{where}.info[{key!r}] has shape {np.shape(value)}."
+        )
+    return value
+
+
 def output_dir(name: str, path) -> str:
     """Returns `path`, or raises if it cannot be a directory to write into.
 
