@@ -77,6 +77,8 @@ from fedjax_sel.ops.order import kth_largest_key, order_key, order_value
 from fedjax_sel.types import Decision, Selector
 
 UTILITY_LOSSES = {"last_batch": "loss_rms_last_batch", "round": "loss_rms"}
+_ROUND_KEYS = ("num_samples", "duration_s")
+_HINT = "use envs.devices, or the training environment with it as delay_env"
 
 
 class OortState(NamedTuple):
@@ -126,6 +128,7 @@ class Ranking(NamedTuple):
       candidates: bool[N], the clients the exploitation samples from.
       initial: f32[N], the unexplored clients' initial utility with the penalty.
       unexplored: bool[N], the available unexplored clients.
+      num_unexplored: int32[], their number.
     """
 
     threshold: chex.Array
@@ -137,6 +140,7 @@ class Ranking(NamedTuple):
     candidates: chex.Array
     initial: chex.Array
     unexplored: chex.Array
+    num_unexplored: chex.Array
 
 
 class Config(NamedTuple):
@@ -327,7 +331,7 @@ def rank(
     reward = jnp.where(reported, state.reward, num_samples)
     duration = jnp.where(reported, state.duration, profile_duration)
     feasible = available
-    if cfg.blacklist_rounds >= 0:
+    if cfg.blacklist_rounds >= 0 and cfg.blacklist_cap > 0:
         black = ops.top_k_mask(
             state.count.astype(jnp.float32), state.count > cfg.blacklist_rounds, cfg.blacklist_cap
         )
@@ -357,8 +361,9 @@ def rank(
     schedule = jnp.asarray(cfg.explore_len)
     explore_len = schedule[jnp.minimum(calls, len(cfg.explore_len)) - 1]
     unexplored = available & (state.count == 0)
+    num_unexplored = jnp.sum(unexplored, dtype=jnp.int32)
     if not cfg.stale:
-        explore_len = jnp.minimum(explore_len, jnp.sum(unexplored, dtype=jnp.int32))
+        explore_len = jnp.minimum(explore_len, num_unexplored)
     exploit_len = jnp.minimum(m - explore_len, num_explored)
     cut_off = jnp.where(
         exploit_len < num_explored,
@@ -377,20 +382,24 @@ def rank(
         candidates=ops.top_k_mask(score, explored, pool),
         initial=_penalised(cfg, reward, duration, prefer),
         unexplored=unexplored,
+        num_unexplored=num_unexplored,
     )
 
 
 def _sample(weights: chex.Array, mask: chex.Array, size: chex.Array, key: chex.Array):
     """bool[N]: `size` clients of `mask` without replacement, P proportional to `weights`
-    (the top `size` of log-weights plus Gumbel noise; zero weights never drawn)."""
+    (the top `size` of log-weights plus Gumbel noise; zero weights never drawn).
+
+    `ops.gumbel_top_k`'s law, but ties go to the lower index (`ops.top_k_mask`): Gumbel
+    noise leaves ties of probability zero, and `gumbel_top_k` breaks them with a random
+    permutation, a sort when, as here, the size is known only at run time."""
     logits = jnp.log(weights) + jax.random.gumbel(key, weights.shape)
     return ops.top_k_mask(logits, mask, size)
 
 
 def exploration_window(cfg: Config, ranking: Ranking, take: chex.Array) -> chex.Array:
     """bool[N]: the `sample_window` x `take` unexplored clients of best initial utility."""
-    count = jnp.sum(ranking.unexplored, dtype=jnp.int32)
-    size = jnp.minimum(jnp.asarray(cfg.window_len)[take], count)
+    size = jnp.minimum(jnp.asarray(cfg.window_len)[take], ranking.num_unexplored)
     return ops.top_k_mask(ranking.initial, ranking.unexplored, size)
 
 
@@ -448,17 +457,22 @@ def oort(
     cfg = config(**locals())
     m = cfg.num_selected
 
+    def read(where, info, key):
+        return validation.require_info(
+            info, key, policy="oort", where=where, hint=_HINT, num_clients=cfg.num_clients
+        )
+
     def init(key):
         del key
         return init_state(cfg)
 
     def call(state, inp, key):
         """One call of FedScale's `getTopK`: the cohort and the state after it."""
-        info = validation.require(inp.info, "info", policy="oort")
-        ranking = rank(cfg, state, inp.available, info["num_samples"], info["duration_s"])
+        num_samples, duration = (read("RoundInput", inp.info, key) for key in _ROUND_KEYS)
+        ranking = rank(cfg, state, inp.available, num_samples, duration)
         exploit_key, explore_key, stale_key = jax.random.split(key, 3)
         exploit = _sample(ranking.score, ranking.candidates, ranking.exploit_len, exploit_key)
-        count = jnp.sum(ranking.unexplored, dtype=jnp.int32)
+        count = ranking.num_unexplored
         room = m - jnp.sum(exploit, dtype=jnp.int32)
         take = jnp.minimum(count, room)
         window = exploration_window(cfg, ranking, take)
@@ -469,7 +483,7 @@ def oort(
             # not exploited, at most the room left (uniformly), join the cohort.
             explored = jnp.where(count > 0, explore, state.explored)
             left = state.explored & inp.available & ~exploit
-            rejoin = ops.top_k_mask(jax.random.uniform(stale_key, left.shape), left, room)
+            rejoin = _sample(jnp.ones(left.shape), left, room, stale_key)
             explore = jnp.where(count > 0, explore, rejoin)
         called = state._replace(
             successful=jnp.zeros_like(state.successful),
@@ -495,10 +509,11 @@ def oort(
 
     def update(state, decision, feedback):
         del decision
-        info = validation.require(feedback.info, "info", policy="oort")
         kept = feedback.observed & feedback.success
         straggler = feedback.observed & ~feedback.success
-        utility = info["num_samples"] * info[cfg.loss_key]
+        utility = read("Feedback", feedback.info, "num_samples") * read(
+            "Feedback", feedback.info, cfg.loss_key
+        )
         mean = jnp.sum(jnp.where(kept, utility, 0.0)) / jnp.maximum(jnp.sum(kept), 1)
         t = state.round.astype(jnp.float32)
         return state._replace(

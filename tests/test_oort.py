@@ -400,3 +400,35 @@ def test_cohort_never_exceeds_num_selected_when_the_stale_list_rejoins():
     env = envs.make("devices", 50, 13, num_kept=10)
     results = fedjax_sel.simulate(bandits.make("oort", 50, 13), env, 15, 256, progress=None)
     assert np.max(results.curves["policy"]["num_selected"]["mean"]) <= 13
+
+
+def test_blacklist_excludes_the_most_reported_clients_as_fedscale():
+    # FedScale's get_blacklist: clients reported more than blacklist_rounds times, by
+    # count descending (client order on ties), at most blacklist_max_len * N of them.
+    arms, reward, available = _table(6)
+    available[:] = True
+    cfg = _config(40, 5, blacklist_rounds=2, blacklist_max_len=0.1)
+    by_count = sorted(arms, key=lambda i: arms[i]["count"], reverse=True)
+    black = [i for i in by_count if arms[i]["count"] > 2][: int(0.1 * 40)]
+    assert len(black) == 4 and sum(arms[i]["count"] > 2 for i in arms) > 4
+    state = _state(cfg, arms, 6)
+    durations = jnp.asarray([arms[i]["duration"] for i in range(40)], jnp.float32)
+    ranking = oort_lib.rank(
+        cfg, state, jnp.asarray(available), jnp.asarray(reward, jnp.float32), durations
+    )
+    exploration = 0.9
+    for _ in range(7):
+        exploration = max(exploration * 0.98, 0.3)
+    feasible = set(range(40)) - set(black)
+    _, scores, exploit_len, pool, _ = fedscale_rank(
+        arms, 7, feasible, 5, exploration, 30.0, DEFAULTS
+    )
+    assert set(np.flatnonzero(ranking.explored)) == set(scores)
+    np.testing.assert_allclose(
+        np.asarray(ranking.score)[sorted(scores)],
+        [scores[i] for i in sorted(scores)],
+        rtol=2e-5,
+        atol=1e-8,
+    )
+    assert int(ranking.exploit_len) == exploit_len
+    assert set(np.flatnonzero(ranking.candidates)) == pool
