@@ -96,8 +96,8 @@ def test_default_durations_span_one_to_two_orders_of_magnitude():
     np.testing.assert_allclose(np.log(state.loss_gap).std(), 1.0, atol=0.05)
     np.testing.assert_allclose(np.median(state.loss_gap), 0.5, rtol=0.1)
     # |B_i| = min(n_i, B L) and p_i = n_i / sum n.
-    assert np.asarray(state.num_samples).max() == 600.0
-    np.testing.assert_allclose(np.sum(state.data_fraction), 1.0, rtol=1e-5)
+    assert np.asarray(inp.info["num_samples"]).max() == 600.0
+    np.testing.assert_allclose(np.sum(inp.info["data_fraction"]), 1.0, rtol=1e-5)
 
 
 def test_over_commitment_keeps_exactly_the_fastest_completed():

@@ -257,9 +257,7 @@ class DevicesState(NamedTuple):
     Attributes:
       compute_ms: f32[N], c_i, ms per sample.
       bandwidth_kbps: f32[N], w_i.
-      data_size: f32[N], n_i.
-      num_samples: f32[N], |B_i|.
-      data_fraction: f32[N], p_i.
+      data_size: f32[N], n_i (|B_i| and p_i follow from it).
       phase: f32[N] diurnal phases, or None.
       availability: the round-indexed process's state, or None.
       clock_s: f32[], tau_t, the wall clock at the round's start.
@@ -270,8 +268,6 @@ class DevicesState(NamedTuple):
     compute_ms: chex.Array
     bandwidth_kbps: chex.Array
     data_size: chex.Array
-    num_samples: chex.Array
-    data_fraction: chex.Array
     phase: chex.Array | None
     availability: Any
     clock_s: chex.Array
@@ -510,6 +506,11 @@ def _trace_active(trace: Trace, rows: chex.Array, time_s: chex.Array) -> chex.Ar
     return jnp.any((trace.start[rows] <= x) & (x < trace.end[rows]), axis=-1)
 
 
+def _num_samples(state, params):
+    """f32[N], |B_i| = min(n_i, B L): the examples each client trains in a round."""
+    return jnp.minimum(state.data_size, params.batch_size * params.local_steps)
+
+
 def _lognormal(key, shape, median, sigma):
     return median * jnp.exp(sigma * jax.random.normal(key, shape))
 
@@ -685,8 +686,6 @@ def devices(
             compute_ms=c,
             bandwidth_kbps=w,
             data_size=size,
-            num_samples=jnp.minimum(size, params.batch_size * params.local_steps),
-            data_fraction=size / jnp.sum(size),
             phase=phase,
             availability=own,
             clock_s=jnp.float32(0.0),
@@ -713,9 +712,9 @@ def devices(
         info = {
             "loss": loss,
             "loss_minibatch": loss * _mean_one(k_loss, (n,), sigma_b),
-            "num_samples": state.num_samples,
+            "num_samples": _num_samples(state, params),
             "data_size": state.data_size,
-            "data_fraction": state.data_fraction,
+            "data_fraction": state.data_size / jnp.sum(state.data_size),
             "duration_s": nominal_duration(state.compute_ms, state.bandwidth_kbps, params),
         }
         return RoundInput(t=jnp.asarray(t, jnp.int32), available=available, info=info)
@@ -764,7 +763,7 @@ def devices(
         gap = state.loss_gap[slot]
         before = params.loss_floor + state.shared_loss + gap
         after = before - params.own_rate * gap
-        samples = state.num_samples[slot]
+        samples = _num_samples(state, params)[slot]
         kappa2 = params.loss_dispersion * params.loss_dispersion
         spread = jnp.sqrt(1.0 + kappa2)
         noise = _mean_one(k_loss, (m,), jnp.sqrt(jnp.log1p(kappa2 / samples)))
@@ -794,7 +793,11 @@ def devices(
             1.0 - params.own_rate, mode="drop"
         )
         shared = state.shared_loss * (1.0 - params.shared_rate * num_kept.astype(f32) / k)
-        global_loss = params.loss_floor + shared + jnp.sum(state.data_fraction * new_gap)
+        global_loss = (
+            params.loss_floor
+            + shared
+            + jnp.sum(state.data_size * new_gap) / jnp.sum(state.data_size)
+        )
         total = jnp.sum(jnp.where(kept, reward, 0.0))
         stats = RoundStats(
             expected_reward=total,
