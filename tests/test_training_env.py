@@ -260,14 +260,14 @@ def test_client_losses_and_a_cohort_above_k(data, model):
     selected[[1, 4, 9]] = True  # one more than the k = 2 slots
     _, (feedback, _, stats) = _step(env, selected)
     assert stats.oracle_reward is None
-    loss = np.asarray(feedback.info["client_loss"])
+    loss = np.asarray(feedback.info["loss"])
     assert np.all(loss[[1, 4]] > 0) and np.all(np.delete(loss, [1, 4]) == 0)
     # Client 9 was not trained: failed and unobserved, not dropped silently.
     np.testing.assert_array_equal(np.flatnonzero(feedback.observed), [1, 4])
     assert not feedback.success[9] and stats.num_failed == 1
 
 
-TRAINING_KEYS = ("client_loss", "loss", "loss_rms", "loss_rms_last_batch", "num_samples")
+TRAINING_KEYS = ("loss", "loss_rms", "loss_rms_last_batch", "num_samples")
 PROBE_KEYS = ("loss", "loss_minibatch", "data_size", "data_fraction", "num_samples")
 
 
@@ -279,7 +279,6 @@ def test_training_statistics_in_the_feedback_equal_each_client_update(data, mode
     info = {key: np.asarray(feedback.info[key]) for key in TRAINING_KEYS}
     # |B_i| = min(count, num_steps * batch_size) for every client, trained or not.
     np.testing.assert_array_equal(info["num_samples"], np.minimum(TRAIN_SIZES, 2 * 4))
-    np.testing.assert_array_equal(info["loss"], info["client_loss"])
     update = fl.local_sgd(model.apply, 0.2, 4, num_epochs=None, num_steps=2)
     train_key = jax.random.split(jax.random.PRNGKey(2))[1]
     for c in np.flatnonzero(selected):

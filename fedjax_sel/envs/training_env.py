@@ -38,8 +38,7 @@ loss curves are the metrics.
 
 Every feedback's `Feedback.info` carries the training statistics of the round, f32[N],
 valid where a client was trained (`observed`; 0 elsewhere unless said otherwise):
-  - "loss" (and its older name "client_loss"): the mean minibatch training loss over the
-    client's local steps;
+  - "loss": the mean minibatch training loss over the client's local steps;
   - "loss_rms": `sqrt(mean loss(k)^2)` over every example k the client trained on this
     round (Oort's statistical utility is `num_samples * loss_rms`, Lai et al. eq. 1);
   - "loss_rms_last_batch": the same over the client's last minibatch alone (what
@@ -417,7 +416,7 @@ def training(
         return {
             "loss": loss,
             "loss_minibatch": minibatch,
-            "data_size": data.counts.astype(jnp.float32),
+            "data_size": counts_f,
             "data_fraction": data_fraction,
             "num_samples": num_samples,
         }
@@ -483,10 +482,8 @@ def training(
         # Empty slots point at client 0; they are sent out of bounds and dropped.
         index = jnp.where(valid, slots, n)
         scatter = lambda v: jnp.zeros((n,), jnp.float32).at[index].set(v, mode="drop")
-        client_loss = scatter(result.loss)
         info = {
-            "client_loss": client_loss,
-            "loss": client_loss,
+            "loss": scatter(result.loss),
             "loss_rms": scatter(result.loss_rms),
             "loss_rms_last_batch": scatter(result.last_loss_rms),
             "num_samples": num_samples,
