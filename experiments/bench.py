@@ -128,8 +128,14 @@ def bench_jax(
 
     first = measure(run)
     runs = [measure(run) for _ in range(repeats)]
+    return jax_timing(first, runs, num_trials * num_rounds * num_clients)
+
+
+def jax_timing(first: dict, runs: list[dict], work: float) -> dict[str, Any]:
+    """The numbers of a jitted run from `measure`s of its first (compiling) call and of
+    later calls: run time the median of the later calls without compilation, throughput
+    `work` (client-rounds) per second, compilations, peak memory."""
     run_s = statistics.median(r["wall_s"] - r["compile_s"] for r in runs)
-    work = num_trials * num_rounds * num_clients
     return {
         "compile_s": first["compile_s"],
         "first_call_s": first["wall_s"],
@@ -453,10 +459,9 @@ def beyond_speed(
     first = measure(run)
     second = measure(run)
     res = out["res"]
-    run_s = second["wall_s"] - second["compile_s"]
     jax_work = num_trials * num_rounds * n
     numpy_work = numpy_trials * num_rounds * n
-    jax_rate = jax_work / run_s
+    timing = jax_timing(first, [second], jax_work)
     numpy_rate = numpy_work / numpy["wall_s"]
     loss = res.curves["policy"]["loss"]
     return {
@@ -468,18 +473,7 @@ def beyond_speed(
         "num_rounds": num_rounds,
         "trials_per_chunk": res.config["trials_per_chunk"],
         "jax": {
-            "compile_s": first["compile_s"],
-            "first_call_s": first["wall_s"],
-            "run_s": run_s,
-            "recompile_s": second["compile_s"],
-            "xla_compilations": first["xla_compilations"],
-            "xla_recompilations": second["xla_compilations"],
-            "client_rounds_per_s": jax_rate,
-            "client_rounds_per_cpu_s": jax_work / (second["cpu_s"] - second["compile_s"]),
-            "peak_rss_bytes": max(first["peak_rss_bytes"] or 0, second["peak_rss_bytes"] or 0)
-            or None,
-            "added_rss_bytes": max(first["added_rss_bytes"] or 0, second["added_rss_bytes"] or 0)
-            or None,
+            **timing,
             "mean_final_loss": float(loss["mean"][-1]),
             "mean_cumulative_latency_s": res.final("policy", "cumulative_latency")[0],
         },
@@ -494,7 +488,7 @@ def beyond_speed(
             "mean_final_loss": float(np.mean([losses[-1] for losses, _ in numpy_runs])),
             "mean_cumulative_latency_s": float(np.mean([clock for _, clock in numpy_runs])),
         },
-        "ratio": jax_rate / numpy_rate,
+        "ratio": timing["client_rounds_per_s"] / numpy_rate,
         # The reference's time extrapolated to num_trials over the first call's, compile included.
         "ratio_including_compile": numpy["wall_s"] / numpy_trials * num_trials / first["wall_s"],
         "load_average": [load_before, os.getloadavg()[0]],
