@@ -11,6 +11,8 @@ import bandits
 from bandits.cocs import control_function, cube_index, exploration_exponent
 from experiments.reference import assignment_milp
 from fedjax_sel import envs
+from fedjax_sel.envs.hierarchical import max_cohort
+from fedjax_sel.ops import assignment as assign_ops
 from fedjax_sel.types import Decision, Feedback, RoundInput
 
 
@@ -161,11 +163,53 @@ def test_a_policy_built_for_another_environment_fails_while_traced(policy, messa
         ({"context_dim": 3}, "context_dim"),
         ({"dataset": "emnist"}, "dataset"),
         ({"noise_figure_db": -1.0}, "noise_figure_db"),
+        ({"pricing": "trial"}, "pricing"),
     ],
 )
 def test_bad_environment_arguments(kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         envs.hierarchical(10, **kwargs)
+
+
+def test_round_pricing_redraws_prices_and_keeps_every_other_draw():
+    client = envs.hierarchical(20, pricing="client")
+    per_round = envs.hierarchical(20, pricing="round")
+
+    def rounds(env):
+        state = env.reset(jax.random.PRNGKey(3))
+        return jax.vmap(lambda t: env.observe(state, t, jax.random.PRNGKey(0)))(jnp.arange(1, 41))
+
+    a, b = rounds(client), rounds(per_round)
+    np.testing.assert_array_equal(a.connectivity, b.connectivity)
+    np.testing.assert_array_equal(a.pair_context, b.pair_context)
+    # cost = price x compute, and the compute (context 1) is the same in both.
+    compute = 2.0 + 2.0 * np.asarray(a.pair_context[..., 0, 1])
+    price_a = np.asarray(a.info["cost"]) / compute
+    price_b = np.asarray(b.info["cost"]) / compute
+    np.testing.assert_allclose(price_a, price_a[:1].repeat(40, 0), rtol=1e-5)
+    assert np.all(np.ptp(price_b, axis=0) > 0.1)  # 40 draws of U[0.5, 2] per client
+    assert price_b.min() >= 0.5 - 1e-5 and price_b.max() <= 2.0 + 1e-5
+
+
+@pytest.mark.parametrize(
+    "dataset, budget, servers, expected",
+    [
+        ("mnist", None, 3, 9),
+        ("mnist", 5.0, 3, 15),
+        ("mnist", 10.0, 2, 20),
+        ("cifar10", None, 3, 30),
+    ],
+)
+def test_max_cohort_bounds_every_feasible_decision(dataset, budget, servers, expected):
+    assert max_cohort(dataset, budget, servers) == expected
+    # Every client at the cheapest cost, in coverage of every ES: the bound is reached.
+    cheapest = 0.5 * (2.0 if dataset == "mnist" else 8.0)
+    b = budget or (3.5 if dataset == "mnist" else 40.0)
+    taken, _ = assign_ops.max_cardinality(
+        jnp.full((60,), cheapest), jnp.ones((60, servers), bool), jnp.full((servers,), b),
+        jax.random.PRNGKey(1),
+    )  # fmt: skip
+    assert int(taken.sum()) == expected
 
 
 NETWORK_ROUNDS = 200
@@ -231,6 +275,7 @@ def test_oracle_is_feasible_and_sqrt_utility_has_the_same_argmax(network):
     assert not np.any(pairs & (np.asarray(inp.connectivity) == 0))
     spent = np.einsum("tnm,tn->tm", pairs, np.asarray(inp.info["cost"]))
     assert np.all(spent <= 3.5 * (1 + 1e-6))
+    assert np.all(np.asarray(best.selected).sum(axis=1) <= max_cohort("mnist", 3.5, 3))
 
 
 @pytest.mark.parametrize("network", ["synthetic"], indirect=True)

@@ -8,7 +8,8 @@ N clients, M edge servers (ESs). In every edge round t, client n can reach ES m 
 time-varying coverage; spec §2.7, A15). At the start of the round each client reveals
 its computation :math:`y_n^t`; the network operator pays
 :math:`c_n^t = \pi_n y_n^t` (:math:`\pi_n \sim U[0.5, 2]` per MHz, drawn per trial) and
-each ES has budget B (10b). A selected client succeeds (:math:`X_{n,m}^t = 1`) when its
+each ES has budget B (10b); `pricing="round"` redraws :math:`\pi_n` every round instead
+(the spec's §2.3 option). A selected client succeeds (:math:`X_{n,m}^t = 1`) when its
 download, local computation and upload fit the deadline (eq. 5):
 
 .. math:: \tau_{n,m} = \frac{s}{b_n\,\log_2(1 + P G h_{DT} / N_0)} + \frac{q}{y_n}
@@ -87,6 +88,7 @@ UTILITIES = ("linear", "sqrt")
 ORACLES = ("p", "X")
 SOLVERS = assign_ops.SOLVERS
 CONTEXT_DIMS = (2, 4)
+PRICINGS = ("client", "round")
 # Table I and Sec. VI-A per data set: update size s (Mbit), workload q (Mcycles),
 # deadline (s), budget per ES, bandwidth and compute ranges (MHz), the knapsack grid.
 PRESETS = {
@@ -168,6 +170,7 @@ def hierarchical(
     utility: str = "linear",
     oracle: str = "p",
     solver: str = "knapsack",
+    pricing: str = "client",
 ) -> Env:
     """Qu et al.'s hierarchical network (see the module docstring).
 
@@ -188,6 +191,8 @@ def hierarchical(
       utility: "linear" (eq. 8, as a count) or "sqrt" (eq. 19).
       oracle: "p" or "X" (see the module docstring).
       solver: "knapsack" or "greedy", how the "p" oracle solves P2.
+      pricing: "client" (the unit price :math:`\\pi_n` drawn once per client and trial,
+        spec §2.3's reading) or "round" (redrawn every round, its option).
 
     Returns:
       An `Env` (see the module docstring for its inputs and statistics).
@@ -207,6 +212,7 @@ def hierarchical(
     validation.choice("utility", utility, UTILITIES)
     validation.choice("oracle", oracle, ORACLES)
     validation.choice("solver", solver, SOLVERS)
+    validation.choice("pricing", pricing, PRICINGS)
     compute = preset["compute_mhz"]
     cheapest = _PRICE_PER_MHZ[0] * compute[0]
     b = preset["budget"] if budget is None else validation.positive_float("budget", budget)
@@ -236,7 +242,7 @@ def hierarchical(
         draw_key, round_key = jax.random.split(key)
         u = jax.random.uniform(draw_key, (2 + d, n, m))
         return HierarchicalState(
-            price=_PRICE_PER_MHZ[0] + (_PRICE_PER_MHZ[1] - _PRICE_PER_MHZ[0]) * u[0, :, 0],
+            price=_unit_price(u[0, :, 0]),
             intercept=0.05 + 0.45 * u[1],
             slope=(0.5 / d) * jnp.moveaxis(u[2:], 0, -1),
             round_key=round_key,
@@ -248,10 +254,14 @@ def hierarchical(
         One block of uniforms (one random-bits call compiles and runs fastest), turned
         into each variable by its inverse distribution function.
         """
-        u = jax.random.uniform(jax.random.fold_in(state.round_key, t), (7 + d, n, m))
+        round_key = jax.random.fold_in(state.round_key, t)
+        u = jax.random.uniform(round_key, (7 + d, n, m))
         cover = u[0] < params.coverage[:, None]
         y = compute[0] + (compute[1] - compute[0]) * u[1, :, 0]
-        cost = state.price * y
+        price = state.price
+        if pricing == "round":  # its own stream: the other draws are those of "client"
+            price = _unit_price(jax.random.uniform(jax.random.fold_in(round_key, 2), (n,)))
+        cost = price * y
         if generator == "synthetic":
             context = jnp.moveaxis(u[7:], 0, -1)
             p = jnp.clip(state.intercept + jnp.sum(state.slope * context, -1), 0.0, 1.0)
@@ -381,6 +391,31 @@ def hierarchical(
         num_selected=None,
         feasible=feasible,
     )
+
+
+def _unit_price(u):
+    """Table I's pricing function: U[0.5, 2] per MHz from uniforms u in [0, 1)."""
+    return _PRICE_PER_MHZ[0] + (_PRICE_PER_MHZ[1] - _PRICE_PER_MHZ[0]) * u
+
+
+def max_cohort(dataset: str, budget: float | None, num_servers: int) -> int:
+    """The most clients the budgets can pay for in a round: M floor(B / cheapest cost).
+
+    No client costs less than the lowest unit price times the lowest compute of
+    `dataset` (Table I), so no feasible decision selects more (a training environment
+    sized by it trains every selected client).
+
+    Args:
+      dataset: "mnist" or "cifar10".
+      budget: B per ES, None for the data set's.
+      num_servers: M >= 1.
+    """
+    preset = PRESETS[validation.choice("dataset", dataset, tuple(PRESETS))]
+    m = validation.positive_int("num_servers", num_servers)
+    b = preset["budget"] if budget is None else validation.positive_float("budget", budget)
+    cheapest = _PRICE_PER_MHZ[0] * preset["compute_mhz"][0]
+    # Within the feasibility check's tolerance of the budget (`Env.feasible`).
+    return m * int(np.floor(b * (1.0 + _BUDGET_RTOL) / cheapest))
 
 
 def _mean_snr(distance, shadow_db, bandwidth_mhz, noise_figure_db):
