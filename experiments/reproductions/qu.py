@@ -11,7 +11,8 @@ h_T = 5); "literal" is Algorithm 1 as printed (`fill_in=False`). Both run the sa
 baselines (LinUCB on a shared model, the paper's catalogue CUCB `cucb_super`, random)
 and the oracle on p.
 
-The figures that train models (2, 4(a), 4(c), 4(e), 7 and Table II) are not here.
+The figures that train models (2, 4(a), 4(c), 4(e), 7 and Table II) are in
+`experiments.reproductions.qu_training`.
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ DEADLINES_S = (2.0, 4.0, 8.0)  # Fig. 4(f)
 PAPER_FIG4F = {4.0: 5125.0, 8.0: 5378.0}
 
 
-def _policies(options: Options, dataset: str, budget: float) -> dict:
+def policies(setting: str, dataset: str, budget: float) -> dict:
+    """The five policies of the figures on the network of `dataset` with budget B per ES.
+
+    `setting` "calibrated" runs COCS with the fill-in of the budget exploration leaves
+    (spec §3.4), "literal" Algorithm 1 as printed.
+    """
     step = PRESETS[dataset]["cost_step"]
     common = dict(num_servers=M, budget=budget, cost_step=step)
     return {
         "oracle": bandits.oracle(),
-        "cocs": bandits.cocs(N, fill_in=options.setting == "calibrated", **common),
+        "cocs": bandits.cocs(N, fill_in=setting == "calibrated", **common),
         "linucb": bandits.edge_linucb(N, **common),
         # Decisions sized by the cheapest client (0.5 per MHz at the lowest compute).
         "cucb": bandits.cucb_super(
@@ -54,7 +60,7 @@ def _run(options: Options, rounds: int, trials: int, dataset="mnist", budget=Non
     env = envs.hierarchical(N, num_servers=M, dataset=dataset, budget=budget, deadline_s=deadline)
     b = budget or PRESETS[dataset]["budget"]
     return fedjax_sel.simulate(
-        _policies(options, dataset, b), env, rounds, trials, seed=options.seed, progress=None
+        policies(options.setting, dataset, b), env, rounds, trials, seed=options.seed, progress=None
     )
 
 
