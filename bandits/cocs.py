@@ -19,6 +19,9 @@ selections :math:`C_{n,m}(l)` and successes, so that
    eq. (18) on the full budgets.
 4. Update (Algorithm 1, lines 16-21): only the selected pairs, at this round's cube.
 
+Steps 2 and 3 run only in rounds where some trial of the batch has a pair for them
+(`ops.where_needed`); without one they select nothing, so the decisions are the same.
+
 Readings where the paper is open (spec §3.4, §7; the default first, the literal reading a
 named option):
   - `fill_in`: True fills the budget left by exploration with explored pairs in every
@@ -49,7 +52,7 @@ import jax.numpy as jnp
 
 from bandits import edge_inputs
 from fedjax_sel import validation
-from fedjax_sel.ops import assignment
+from fedjax_sel.ops import assignment, where_needed
 from fedjax_sel.types import Selector
 
 THEORIES = ("strongly_convex", "nonconvex", "nonconvex_printed")
@@ -177,17 +180,42 @@ def cocs(
         count = at_cube(state.counts, cube)
         under = r.reachable & (count <= control_function(inp.t, z, scale))  # eq. 13
         explored = r.reachable & ~under
-        first, remaining = assignment.max_cardinality(r.cost, under, budgets, explore_key)
+        # Each step runs only in rounds where some trial has a pair for it (`where_needed`):
+        # with no under-explored pair, exploration selects nothing and leaves the budgets.
+        first, remaining = where_needed(
+            jnp.any(under),
+            lambda c, u, k: assignment.max_cardinality(c, u, budgets, k),
+            lambda c, u, k: (jnp.zeros((n, m), bool), budgets),
+            r.cost,
+            under,
+            explore_key,
+        )
         eligible = explored & ~jnp.any(first, axis=1, keepdims=True)
         if not fill_in:
             # Case (i) of Algorithm 1: every ES with a reachable client has an
             # under-explored one; the literal algorithm then explores only.
             servers_exploring = jnp.any(under, 0) | ~jnp.any(r.reachable, 0)
             eligible &= ~(jnp.all(servers_exploring) & jnp.any(under))
-        estimate = at_cube(state.successes, cube) / jnp.maximum(count, 1)  # eq. 12
-        estimate = estimate + 1e-6 * jax.random.uniform(tie_key, estimate.shape)
-        second = assignment.solve(
-            solver, estimate, r.cost, eligible, remaining, exploit_key, step, units
+
+        def exploit(cost, eligible, successes, cube, count, remaining, exploit_key, tie_key):
+            estimate = at_cube(successes, cube) / jnp.maximum(count, 1)  # eq. 12
+            estimate = estimate + 1e-6 * jax.random.uniform(tie_key, estimate.shape)
+            return assignment.solve(
+                solver, estimate, cost, eligible, remaining, exploit_key, step, units
+            )
+
+        second = where_needed(
+            jnp.any(eligible),
+            exploit,
+            lambda *operands: jnp.zeros((n, m), bool),
+            r.cost,
+            eligible,
+            state.successes,
+            cube,
+            count,
+            remaining,
+            exploit_key,
+            tie_key,
         )
         new_state = state._replace(cube=cube, exploring=jnp.any(under))
         return edge_inputs.decision(first | second), new_state

@@ -321,13 +321,14 @@ def _numpy_max_cardinality(cost, eligible, budget, rng):
     return selected, remaining
 
 
-def _numpy_knapsack(value, cost, eligible, budget, rng, cost_step, capacity_units):
-    """`ops.assignment.knapsack` in NumPy: a 0/1 knapsack per server, servers in random order."""
+def _numpy_knapsack(value, cost, eligible, budget, rng, cost_step, capacity_units, order=None):
+    """`ops.assignment.knapsack` in NumPy: a 0/1 knapsack per server, the servers in
+    `order` (None: a random order from `rng`)."""
     n, m = eligible.shape
     units = np.ceil(cost / cost_step - 1e-4).astype(int)
     assigned = np.zeros(n, bool)
     selected = np.zeros((n, m), bool)
-    for server in rng.permutation(m):
+    for server in rng.permutation(m) if order is None else order:
         capacity = min(int(budget[server] / cost_step + 1e-4), capacity_units)
         best = np.zeros(capacity_units + 1)
         keep = np.zeros((n, capacity_units + 1), bool)
@@ -350,17 +351,24 @@ def _numpy_knapsack(value, cost, eligible, budget, rng, cost_step, capacity_unit
 
 def numpy_cocs_trial(
     rng: np.random.Generator, num_rounds: int, num_clients: int = 50, num_servers: int = 3
-) -> float:
+) -> tuple[float, float]:
     """One trial of COCS (Qu et al., Algorithm 1) on their MNIST network, in plain NumPy.
 
     A Python loop over rounds, each round's draws vectorized over the client-server
     pairs, with the model of `fedjax_sel.envs.hierarchical` (physical generator, D = 2,
     budget 3.5, deadline 3 s, coverage 0.6) and the defaults of `bandits.cocs` (h_T = 5,
     K(t) = t^0.4 log t, per-pair counters, fill-in, knapsack on a 0.05 grid). The two
-    assignment steps loop over clients, as they must (each choice changes what fits).
-    Returns the trial's number of successful participants.
+    assignment steps loop over clients, as they must (each choice changes what fits),
+    and skip the clients they cannot take. Figure 3's two curves, as the environment
+    computes them: the successes, and the pseudo-regret against the oracle on the exact
+    success probabilities p (the knapsack on p, the servers in a fixed order; each
+    round's reference the better of its value and the decision's).
+
+    Returns:
+      The trial's (number of successful participants, cumulative pseudo-regret).
     """
     n, m, h, budget, step = num_clients, num_servers, 5, 3.5, 0.05
+    size, workload, deadline = 0.18, 2.41, 3.0
     rate_high, _ = rate_bounds(HIERARCHICAL_PRESETS["mnist"], 0.0)
     units = int(budget / step + 1e-4)
     price = rng.uniform(0.5, 2.0, n)
@@ -368,7 +376,7 @@ def numpy_cocs_trial(
     successes = np.zeros((n, m, h * h), np.int64)
     budgets = np.full(m, budget)
     rows, cols = np.arange(n)[:, None], np.arange(m)[None, :]
-    total = 0
+    total, regret = 0, 0.0
     for t in range(1, num_rounds + 1):
         cover = rng.uniform(size=(n, m)) < 0.6
         y = rng.uniform(2.0, 4.0, n)
@@ -380,10 +388,16 @@ def numpy_cocs_trial(
         snr = 10 ** ((23.0 - 128.1 - 37.6 * np.log10(distance) - shadow_db - noise_dbm) / 10)
         se_down = np.log2(1 + snr * rng.exponential(size=(n, m)))
         se_up = np.log2(1 + snr * rng.exponential(size=(n, m)))
-        latency = 0.18 / (bw * se_down) + (2.41 / y)[:, None] + 0.18 / (bw * se_up)
-        success = latency <= 3.0
+        rate = bw * se_down
+        latency = size / rate + (workload / y)[:, None] + size / (bw * se_up)
+        success = latency <= deadline
+        # P[upload in time | everything but its fading] (the environment's p).
+        slack = deadline - size / rate - (workload / y)[:, None]
+        with np.errstate(over="ignore", divide="ignore"):
+            threshold = np.exp2(size / (bw * np.maximum(slack, 1e-30))) - 1.0
+        p = np.where(slack > 0, np.exp(-threshold / snr), 0.0)
         compute = np.broadcast_to(((y - 2.0) / 2.0)[:, None], (n, m))
-        context = np.stack([np.clip(bw * se_down / rate_high, 0, 1), compute], -1)
+        context = np.stack([np.clip(rate / rate_high, 0, 1), compute], -1)
         cube = (np.minimum(np.floor(context * h), h - 1).astype(int) * [1, h]).sum(-1)
         count = counts[rows, cols, cube]
         under = cover & (count <= t**0.4 * np.log(t))
@@ -395,4 +409,7 @@ def numpy_cocs_trial(
         counts[rows, cols, cube] += chosen
         successes[rows, cols, cube] += chosen & success
         total += int((chosen & success).sum())
-    return float(total)
+        best = _numpy_knapsack(p, cost, cover, budgets, rng, step, units, order=range(m))
+        expected = float(p[chosen].sum())
+        regret += max(float(p[best].sum()), expected) - expected
+    return float(total), regret

@@ -74,6 +74,37 @@ def test_counters_move_only_for_selected_pairs_at_this_rounds_cube():
     np.testing.assert_array_equal(new.successes, want_successes)
 
 
+def test_vmapped_select_equals_each_trials_own_when_only_some_explore_or_exploit():
+    # Exploration and exploitation run only in rounds where some trial of the batch needs
+    # them (ops.where_needed): a batch mixing trials that explore only, exploit only, do
+    # both, and have nothing in reach decides as each trial would alone.
+    n, m, h = 6, 2, 2
+    policy = bandits.cocs(n, num_servers=m, budget=2.5, cubes_per_dim=h, cost_step=0.5)
+    keys = jax.random.split(jax.random.PRNGKey(4), 4)
+    context = jax.random.uniform(keys[0], (4, n, m, 2))
+    reach = jax.random.uniform(keys[1], (4, n, m)) < 0.7
+    reach = reach.at[3].set(False)
+    cost = 0.5 + jax.random.uniform(keys[2], (4, n))
+    cube = cube_index(context, h)
+    # Every pair explored (10 > K(t)) in trials 1 and 3, none in trial 0, half in trial 2.
+    explored = jnp.array([0, 1, 1, 1])[:, None, None] * 10
+    explored = explored * jnp.ones((4, n, m), jnp.int32)
+    explored = explored.at[2, : n // 2].set(0)
+    onehot = jax.nn.one_hot(cube, h * h, dtype=jnp.int32)
+    counts = explored[..., None] * onehot
+    successes = (jax.random.uniform(keys[3], (4, n, m, 1)) * counts).astype(jnp.int32)
+    state = jax.vmap(policy.init)(keys)._replace(counts=counts, successes=successes)
+    inputs = jax.vmap(lambda c, r, w: _input(5, c, r, w))(context, reach, cost)
+    select_keys = jax.random.split(jax.random.PRNGKey(5), 4)
+    batched, _ = jax.jit(jax.vmap(policy.select))(state, inputs, select_keys)
+    for trial in range(4):
+        one = jax.tree.map(lambda a, i=trial: a[i], (state, inputs, select_keys))
+        alone, _ = jax.jit(policy.select)(*one)
+        np.testing.assert_array_equal(batched.assignment[trial], alone.assignment)
+    picked = np.asarray(batched.selected).sum(axis=1)
+    assert picked[3] == 0 and np.all(picked[:3] > 0)
+
+
 def _one_slot_run(rounds, means, scale=1.0, seed=0):
     """P pairs on one server that take one client per round: (exploring flags, counts)."""
     p = len(means)

@@ -183,3 +183,28 @@ def test_assignment_round_trip():
     a = assignment.assignment_of(pairs)
     np.testing.assert_array_equal(a, [1, -1, 0])
     np.testing.assert_array_equal(assignment.pairs_of(a, 2), pairs)
+
+
+def test_ascending_order_counts_and_sorts_alike_and_orders_equal_costs_at_random():
+    keys = jax.random.split(jax.random.PRNGKey(7), 2000)
+    # Costs from a few values: many ties, which the random bits order.
+    cost = jax.random.randint(jax.random.PRNGKey(8), (2000, 20), 0, 4).astype(jnp.float32)
+    counted = jax.vmap(lambda c, k: assignment.ascending_order(c, k, counting=True))(cost, keys)
+    sorted_ = jax.vmap(lambda c, k: assignment.ascending_order(c, k, counting=False))(cost, keys)
+    np.testing.assert_array_equal(counted, sorted_)
+    counted = np.asarray(counted)
+    assert np.all(np.sort(counted, axis=1) == np.arange(20))  # permutations
+    assert np.all(np.diff(np.take_along_axis(np.asarray(cost), counted, 1), axis=1) >= 0)
+    # Four equal costs: each client first with probability 1/4 (2,000 draws, sd 19.4).
+    first = jax.vmap(lambda k: assignment.ascending_order(jnp.ones(4), k)[0])(keys)
+    counts = np.bincount(np.asarray(first), minlength=4)
+    assert np.all(np.abs(counts - 500) < 5 * 19.4), counts
+
+
+def test_random_order_is_a_uniform_permutation_of_the_servers():
+    keys = jax.random.split(jax.random.PRNGKey(9), 6000)
+    orders = np.asarray(jax.vmap(lambda k: assignment.random_order(k, 3))(keys))
+    assert np.all(np.sort(orders, axis=1) == np.arange(3))
+    _, counts = np.unique(orders, axis=0, return_counts=True)
+    # 3! orders, 1,000 expected each, sd sqrt(6000 (1/6)(5/6)) = 28.9.
+    assert counts.size == 6 and np.all(np.abs(counts - 1000) < 5 * 28.9), counts

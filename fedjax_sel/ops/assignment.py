@@ -50,8 +50,7 @@ def max_cardinality(
       (selected bool[N, M], remaining budgets f32[M]).
     """
     n, m = eligible.shape
-    tie = jax.random.permutation(key, n)
-    *_, order = lax.sort((cost, tie, jnp.arange(n)), num_keys=2)
+    order = ascending_order(cost, key)
 
     def visit(remaining, client):
         reachable, price = client
@@ -118,6 +117,58 @@ def greedy(
     return selected
 
 
+# Up to this many clients `ascending_order` counts (N^2 comparisons) instead of sorting.
+_COUNTING_MAX = 128
+
+
+def _position(keys: tuple[jax.Array, ...]) -> jax.Array:
+    """int32[N]: each item's position in the lexicographic order of `keys` (each [N]),
+    then by index: the number of items before it, by N^2 comparisons."""
+    n = keys[0].shape[0]
+    index = jnp.arange(n)
+    before = index[None, :] < index[:, None]
+    for k in reversed(keys):
+        before = (k[None, :] < k[:, None]) | ((k[None, :] == k[:, None]) & before)
+    return jnp.sum(before, axis=1, dtype=jnp.int32)
+
+
+def _inverse(position: jax.Array) -> jax.Array:
+    """int32[N], the items in order, from their positions (a permutation of 0..N-1)."""
+    n = position.shape[0]
+    return jnp.zeros(n, jnp.int32).at[position].set(jnp.arange(n, dtype=jnp.int32))
+
+
+def ascending_order(cost: jax.Array, key: jax.Array, counting: bool | None = None) -> jax.Array:
+    """int32[N]: the clients by ascending cost, equal costs in a uniformly random order.
+
+    Equal costs are ordered by uniform random bits (and, where those are equal too,
+    with probability below N^2 / 2^33, by index). Up to `_COUNTING_MAX` clients the
+    positions are counted (N^2 comparisons; on CPU a sort of a few dozen items costs
+    more), above it sorted; both give the same order.
+
+    Args:
+      cost: f32[N].
+      key: PRNG key of the bits that order equal costs.
+      counting: count (True) or sort (False); None chooses by N.
+    """
+    n = cost.shape[0]
+    tie = jax.random.bits(key, (n,), jnp.uint32)
+    if n <= _COUNTING_MAX if counting is None else counting:
+        return _inverse(_position((cost, tie)))
+    *_, order = lax.sort((cost, tie, jnp.arange(n, dtype=jnp.int32)), num_keys=2)
+    return order
+
+
+def random_order(key: jax.Array, m: int) -> jax.Array:
+    """int32[m], a uniformly random order of `0..m-1` for a few items (the servers).
+
+    Item i goes to position #{j : (u_j, j) < (u_i, i)} of uniform random bits u: m^2
+    comparisons and no sort (`jax.random.permutation` sorts, which on CPU costs more
+    than the comparisons for a handful of servers).
+    """
+    return _inverse(_position((jax.random.bits(key, (m,), jnp.uint32),)))
+
+
 def grid_units(cost: jax.Array, cost_step: float) -> jax.Array:
     """int32 units of `cost` on a grid of step `cost_step`, rounded up (never under-counts)."""
     return jnp.ceil(cost / cost_step - _GRID_SLACK).astype(jnp.int32)
@@ -164,14 +215,17 @@ def knapsack(
     capacity = jnp.clip(
         jnp.floor(budget / cost_step + _GRID_SLACK).astype(jnp.int32), 0, capacity_units
     )
-    levels = jnp.arange(capacity_units + 1)
 
     def one_server(assigned, server):
         usable = eligible[:, server] & ~assigned & (value[:, server] > 0)
 
         def add_item(best, item):
             v, w, ok = item
-            shifted = jnp.where(levels >= w, jnp.roll(best, w) + v, -jnp.inf)
+            # shifted[l] = best[l - w] + v, -inf below w (no room): a slice of the values
+            # after capacity_units + 1 levels of -inf.
+            padded = jnp.concatenate([jnp.full(capacity_units + 1, -jnp.inf), best])
+            start = capacity_units + 1 - jnp.minimum(w, capacity_units + 1)
+            shifted = lax.dynamic_slice(padded, (start,), (capacity_units + 1,)) + v
             keep = ok & (shifted > best)
             return jnp.where(keep, shifted, best), keep
 
@@ -186,7 +240,7 @@ def knapsack(
         _, taken = lax.scan(read_back, capacity[server], (keep, units), reverse=True)
         return assigned | taken, taken
 
-    order = jax.random.permutation(key, m)
+    order = random_order(key, m)
     _, columns = lax.scan(one_server, jnp.zeros(n, bool), order)
     return jnp.zeros((m, n), bool).at[order].set(columns).T
 
