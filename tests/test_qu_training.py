@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 import fedjax_sel
 from experiments.reproductions import Options, qu_training, reproduce
@@ -95,3 +96,19 @@ def test_training_figures_check_their_dataset_before_anything_runs(tmp_path):
     options = Options("calibrated", str(tmp_path), dataset="fashion_mnist")
     with pytest.raises(ValueError, match="dataset must be one of"):
         reproduce("qu_training", "7", options)
+
+
+@pytest.mark.parametrize(
+    "dataset, family, shape", [("mnist", "mnist", (28, 28, 1)), ("cifar10", "cifar10", (32, 32, 3))]
+)
+def test_a_prepared_tfds_dataset_takes_the_papers_training(dataset, family, shape):
+    # --dataset with --data_dir reads tensorflow-datasets (mocked here, offline) and trains
+    # with the paper's model, epochs and learning rate (Table I) instead of the stand-ins'.
+    options = Options("calibrated", "unused", dataset=dataset, data_dir="unused")
+    with tfds.testing.mock_data(num_examples=600):
+        images, setting = qu_training.load_images(options, family)
+    assert images.x.shape[0] == 50 and tuple(images.x.shape[2:]) == shape
+    assert setting == qu_training.PAPER[family]
+    for client in range(50):
+        held = np.unique(np.asarray(images.y[client, : int(images.counts[client])]))
+        assert held.size == 2

@@ -215,11 +215,16 @@ def summarise(results: Results, images: FederatedData) -> dict:
 
 
 def _plot(curves: dict, path: str, title: str) -> str:
-    fig, ax = pyplot().subplots(figsize=(5.5, 4))
+    """Accuracy curves keyed by "<name> (<pricing>)" or a plain name: one colour per
+    name, solid for the "client" pricing and dashed for "round"."""
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.5))
+    names = list(dict.fromkeys(label.split(" (")[0] for label in curves))
     for label, accuracy in curves.items():
-        ax.plot(np.arange(1, len(accuracy) + 1), accuracy, label=label)
+        colour = f"C{names.index(label.split(' (')[0]) % 10}"
+        style = "--" if label.endswith("(round)") else "-"
+        ax.plot(np.arange(1, len(accuracy) + 1), accuracy, style, color=colour, label=label)
     ax.set(xlabel="edge round", ylabel="test accuracy", title=title)
-    ax.legend()
+    ax.legend(fontsize="small", ncol=2)
     return save(fig, path)
 
 
