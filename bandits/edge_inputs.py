@@ -45,7 +45,8 @@ def read(inp: RoundInput, num_clients: int, num_servers: int, context_dim: int |
       policy: the policy's name, for messages.
 
     Raises:
-      ValueError: a field is missing, or N, M or D differ from the environment's.
+      ValueError: a field is missing, or N, M or D differ from the environment's; or,
+        called eagerly, a context is outside [0, 1] (traced, a `checkify` check).
     """
     context = validation.require(inp.pair_context, "pair_context", policy=policy)
     reach = validation.require(inp.connectivity, "connectivity", policy=policy)
@@ -61,6 +62,13 @@ def read(inp: RoundInput, num_clients: int, num_servers: int, context_dim: int |
             f"policy {policy!r} was built for context_dim={context_dim}; the environment's "
             f"pair contexts have dimension {d}."
         )
+    if context_dim is not None:
+        # The hypercubes and the linear models are of contexts in [0, 1]^D (Qu et al. Sec. IV).
+        validation.check_values(
+            policy, "RoundInput.pair_context", context, True, 0.0, 1.0,
+            "Scale the contexts into [0, 1] (the environment's own are min-max scaled).",
+            "(client, server, dimension) index",
+        )  # fmt: skip
     return EdgeRound(context, (reach > 0) & inp.available[:, None], cost)
 
 

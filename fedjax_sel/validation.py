@@ -340,6 +340,45 @@ def options(name: str, items) -> dict[str, object]:
     return parsed
 
 
+def check_values(
+    policy: str, label: str, value, where, low: float, high: float, advice: str, index: str
+) -> None:
+    """Checks that `value` is finite and in [low, high] wherever `where` is True.
+
+    Eagerly (concrete arrays) raises at once; traced (under `jit`, `vmap`, `scan`, the
+    runner) emits `jax.experimental.checkify.debug_check`, which compiles to nothing
+    (`check_feedback` says how to read it from a jitted loop).
+
+    Args:
+      policy: the policy's name, for the message.
+      label: what is checked, e.g. "Feedback.reward for observed clients".
+      value: the array.
+      where: bool, broadcastable to `value`: the entries that must be in range.
+      low: the smallest value accepted (-inf: any finite value).
+      high: the largest value accepted (inf: any finite value).
+      advice: the message's last sentence.
+      index: what an index of `value` names, e.g. "client index".
+
+    Raises:
+      ValueError: eagerly, naming the policy, the range and the first offending index.
+    """
+    allowed = "finite" if np.isinf(low) and np.isinf(high) else f"finite and in [{low}, {high}]"
+    if isinstance(value, jax.core.Tracer) or isinstance(where, jax.core.Tracer):
+        ok = jnp.isfinite(value) & (value >= low) & (value <= high)
+        checkify.debug_check(jnp.all(ok | ~where), f"policy {policy!r} assumes {label} {allowed}")
+        return
+    value = np.asarray(value)
+    where = np.broadcast_to(np.asarray(where, bool), value.shape)
+    with np.errstate(invalid="ignore"):
+        bad = where & ~(np.isfinite(value) & (value >= low) & (value <= high))
+    if np.any(bad):
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"policy {policy!r} assumes {label} {allowed}; got {float(value[first])} at "
+            f"{index} {first} ({int(bad.sum())} such values). {advice}"
+        )
+
+
 def check_feedback(
     policy: str, feedback, low: float = -np.inf, high: float = np.inf, field: str = "reward"
 ) -> None:
@@ -369,22 +408,13 @@ def check_feedback(
     Raises:
       ValueError: eagerly, naming the policy, the range and the first offending client.
     """
-    value, observed = getattr(feedback, field), feedback.observed
-    allowed = "finite" if np.isinf(low) and np.isinf(high) else f"finite and in [{low}, {high}]"
-    if isinstance(value, jax.core.Tracer) or isinstance(observed, jax.core.Tracer):
-        ok = jnp.isfinite(value) & (value >= low) & (value <= high)
-        checkify.debug_check(
-            jnp.all(ok | ~observed),
-            f"policy {policy!r} assumes Feedback.{field} {allowed} for observed clients",
-        )
-        return
-    value, observed = np.asarray(value), np.asarray(observed, bool)
-    with np.errstate(invalid="ignore"):
-        bad = observed & ~(np.isfinite(value) & (value >= low) & (value <= high))
-    if np.any(bad):
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(
-            f"policy {policy!r} assumes Feedback.{field} {allowed} for observed clients; "
-            f"got {float(value[first])} at client index {first} ({int(bad.sum())} such "
-            f"values). Rescale the values or pick a policy without this assumption."
-        )
+    check_values(
+        policy,
+        f"Feedback.{field} for observed clients",
+        getattr(feedback, field),
+        feedback.observed,
+        low,
+        high,
+        "Rescale the values or pick a policy without this assumption.",
+        "client index",
+    )

@@ -169,6 +169,21 @@ def test_bad_policy_arguments(kwargs, argument):
 
 
 @pytest.mark.parametrize(
+    "policy", [bandits.cocs(4, num_servers=2), bandits.edge_linucb(4, num_servers=2)]
+)
+def test_contexts_outside_the_unit_cube_are_refused(policy, nothing_traced):
+    state = policy.init(jax.random.PRNGKey(0))
+    context = np.full((4, 2, 2), 0.5, np.float32)
+    context[2, 1, 0] = 1.5
+    inp = _input(1, context, np.ones((4, 2), bool), np.ones(4, np.float32))
+    with (
+        nothing_traced(),
+        pytest.raises(ValueError, match=r"pair_context finite and in \[0.0, 1.0\]"),
+    ):
+        policy.select(state, inp, jax.random.PRNGKey(1))
+
+
+@pytest.mark.parametrize(
     "policy, message",
     [
         (bandits.cocs(9, num_servers=3), "num_clients=9"),
