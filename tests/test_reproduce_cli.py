@@ -44,6 +44,7 @@ def test_cli_runs_a_figure_and_prints_its_numbers(tmp_path):
         ((), "--paper and --figure are required"),
         (("--paper=nope", "--figure=1"), "unknown paper 'nope'"),
         (("--paper=huang", "--figure=99"), "unknown figure '99' of huang"),
+        (("--paper=qu", "--figure=4a"), "Figure '4a' trains models: --paper=qu_training."),
     ],
 )
 def test_cli_bad_flags_are_usage_errors(flags, message):

@@ -86,8 +86,12 @@ def reproduce(paper: str, figure: str, options: Options) -> dict[str, Any]:
     validation.output_dir("output_dir", options.output_dir)
     available = figures(paper)
     if figure not in available:
+        training = f"{paper}_training"
+        hint = ""
+        if training in papers() and figure in figures(training):
+            hint = f" Figure {figure!r} trains models: --paper={training}."
         raise ValueError(
-            f"unknown figure {figure!r} of {paper}; choose from {', '.join(available)}."
+            f"unknown figure {figure!r} of {paper}; choose from {', '.join(available)}.{hint}"
         )
     fig = available[figure]
     if options.setting not in fig.settings:
