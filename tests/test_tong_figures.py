@@ -1,6 +1,7 @@
 """Tong et al.'s reproductions on a small setting: Fig. 8's claim; BP-UCB on the
 training slots; the training figures' dataset check."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -38,3 +39,41 @@ def test_training_figures_check_their_dataset_before_anything_runs(tmp_path):
     options = Options("calibrated", str(tmp_path), dataset="synthetic")
     with pytest.raises(ValueError, match="dataset must be one of"):
         reproduce("tong_training", "7", options)
+
+
+def test_figs_6_and_8_run_on_the_training_slots(tmp_path):
+    # Fig. 6 counts Quick-Init's selections on FL&FA, Fig. 8 reads BP-UCB's beliefs on
+    # FL&DA, both over the digits split into 20 clients.
+    options = Options("calibrated", str(tmp_path), num_trials=2, num_rounds=6)
+    fig6 = reproduce("tong_training", "6", options)
+    counts = np.asarray(fig6["selections_per_client"])
+    # K = 5 clients a slot: 30 selections per trial; the cold start (4 slots) takes every
+    # client once.
+    assert counts.shape == (20,) and counts.sum() == pytest.approx(30.0)
+    assert np.all(counts >= 1.0)
+    fig8 = reproduce("tong_training", "8", options)
+    beliefs = np.asarray(fig8["final_beliefs"])
+    assert beliefs.shape == (5,) and np.all((beliefs > 0.0) & (beliefs < 1.0))
+    assert (tmp_path / "tong_training_fig6_calibrated.png").exists()
+    assert (tmp_path / "tong_training_fig8_calibrated.png").exists()
+
+
+def test_the_training_figures_put_bp_ucb_on_fl_da_and_the_others_on_fl_fa():
+    # FL&DA tells each selected client its own opinion, FL&FA the mean opinion of all
+    # clients (eq. 8).
+    from experiments.reproductions import tong_training
+
+    make = tong_training.make_env(Options("literal", "unused"))
+    policy = bandits.fixed(20, range(5))
+    rewards = {}
+    for name in ("bp_ucb", "quick_init_ucb"):
+        env = make(20, 1.0, name)
+        state = env.reset(jax.random.PRNGKey(0))
+        inp = env.observe(state, 1, jax.random.PRNGKey(1))
+        decision, _ = policy.select(policy.init(jax.random.PRNGKey(2)), inp, jax.random.PRNGKey(3))
+        feedback, _, _ = env.step(state, inp, decision, jax.random.PRNGKey(4))
+        rewards[name] = np.asarray(feedback.reward)[:5]
+        opinions = np.asarray(feedback.info["opinions"])
+    np.testing.assert_allclose(rewards["bp_ucb"], opinions[:5], rtol=1e-6)
+    np.testing.assert_allclose(rewards["quick_init_ucb"], opinions.mean(), rtol=1e-6)
+    assert np.ptp(opinions) > 0  # the two readings differ

@@ -58,14 +58,21 @@ def _policies(names, n: int, horizon: int, seed: int) -> dict:
     return {name: makers[name]() for name in names}
 
 
-def _run(options: Options, names, rounds: int, trials: int, n: int = 20, success=1.0, env=None):
+def _run(
+    options: Options, names, rounds: int, trials: int, n: int = 20, success=1.0, make_env=None
+):
     """Runs the named policies for the figure's default (or the options') rounds and
-    trials, on `env` (the surrogate of the setting if None)."""
+    trials, each on `make_env(n, success, name)` (the surrogate of the setting if None:
+    every policy on the same environment)."""
     rounds = options.num_rounds or rounds
     trials = options.num_trials or trials
-    env = _env(options, n, success) if env is None else env
+    if make_env is None:
+        surrogate = _env(options, n, success)
+        make_env = lambda n, success, name: surrogate  # noqa: E731
     return rounds, {
-        name: run_trials(policy, env, rounds, trials, seed=options.seed, targets=TARGETS)
+        name: run_trials(
+            policy, make_env(n, success, name), rounds, trials, seed=options.seed, targets=TARGETS
+        )
         for name, policy in _policies(names, n, rounds, options.seed).items()
     }
 
@@ -106,9 +113,11 @@ def run_fig5c(options: Options) -> dict:
     }
 
 
-def run_fig6(options: Options) -> dict:
+def run_fig6(
+    options: Options, make_env=None, rounds: int = 500, trials: int = 100, paper: str = "tong"
+) -> dict:
     """Fig. 6: Quick-Init UCB selects clients 1-5 far more often (228.95 vs 90.34)."""
-    rounds, runs = _run(options, ("quick_init_ucb",), 500, 100)
+    rounds, runs = _run(options, ("quick_init_ucb",), rounds, trials, make_env=make_env)
     counts = runs["quick_init_ucb"].counts.mean(0)
     iid, non_iid = float(counts[:K].mean()), float(counts[K:].mean())
     plt = pyplot()
@@ -116,7 +125,7 @@ def run_fig6(options: Options) -> dict:
     ax.bar(np.arange(1, 21), counts)
     ax.set_xlabel("client")
     ax.set_ylabel("average number of selections")
-    path = save(fig, os.path.join(options.output_dir, f"tong_fig6_{options.setting}.png"), 120)
+    path = save(fig, os.path.join(options.output_dir, f"{paper}_fig6_{options.setting}.png"), 120)
     return {
         "num_rounds": rounds,
         "selections_per_client": counts.tolist(),
@@ -170,9 +179,11 @@ def fig7_numbers(options: Options, runs: dict, figure: str, paper: str = "tong")
     }
 
 
-def run_fig8(options: Options) -> dict:
+def run_fig8(
+    options: Options, make_env=None, rounds: int = 200, trials: int = 100, paper: str = "tong"
+) -> dict:
     """Fig. 8: the beliefs of clients 1-5 converge in about 10 slots, and differ."""
-    _, runs = _run(options, ("bp_ucb",), 200, 100)
+    _, runs = _run(options, ("bp_ucb",), rounds, trials, make_env=make_env)
     belief = runs["bp_ucb"].belief[:, :K]
     tail = belief[len(belief) // 2 :]
     final = tail.mean(0)
@@ -189,7 +200,7 @@ def run_fig8(options: Options) -> dict:
     ax.set_xlabel("time slot")
     ax.set_ylabel("average belief")
     ax.legend()
-    path = save(fig, os.path.join(options.output_dir, f"tong_fig8_{options.setting}.png"), 120)
+    path = save(fig, os.path.join(options.output_dir, f"{paper}_fig8_{options.setting}.png"), 120)
     return {
         "final_beliefs": final.tolist(),
         "settled_from_slot": since,
@@ -217,11 +228,12 @@ def fig9_numbers(options: Options, runs: dict, figure: str, paper: str = "tong")
     }
 
 
-def run_fig10(options: Options) -> dict:
+def run_fig10(options: Options, make_env=None, rounds: int = 200, trials: int = 100) -> dict:
     """Fig. 10: theta in {1, 0.75, 0.5}: Quick-Init > BP-UCB, both fall with theta."""
     out = {}
     for theta in (1.0, 0.75, 0.5):
-        _, runs = _run(options, ("quick_init_ucb", "bp_ucb"), 200, 100, success=theta)
+        names = ("quick_init_ucb", "bp_ucb")
+        _, runs = _run(options, names, rounds, trials, success=theta, make_env=make_env)
         out[str(theta)] = {name: _accuracy(run) for name, run in runs.items()}
     qi = [out[s]["quick_init_ucb"]["average"] for s in out]
     bp = [out[s]["bp_ucb"]["average"] for s in out]
@@ -234,10 +246,11 @@ def run_fig10(options: Options) -> dict:
     }
 
 
-def _over_n(options: Options, sizes, rounds: int) -> dict:
+def _over_n(options: Options, sizes, rounds: int, trials: int = 100, make_env=None) -> dict:
     out = {}
     for n in sizes:
-        _, runs = _run(options, ("quick_init_ucb", "bp_ucb"), rounds, 100, n=n)
+        names = ("quick_init_ucb", "bp_ucb")
+        _, runs = _run(options, names, rounds, trials, n=n, make_env=make_env)
         out[str(n)] = {name: _accuracy(run) for name, run in runs.items()}
     qi = [out[s]["quick_init_ucb"]["average"] for s in out]
     bp = [out[s]["bp_ucb"]["average"] for s in out]
@@ -250,14 +263,14 @@ def _over_n(options: Options, sizes, rounds: int) -> dict:
     }
 
 
-def run_fig11(options: Options) -> dict:
+def run_fig11(options: Options, make_env=None, rounds: int = 200, trials: int = 100) -> dict:
     """Fig. 11: N in {20, 40, 60}, T = 200."""
-    return _over_n(options, (20, 40, 60), 200)
+    return _over_n(options, (20, 40, 60), rounds, trials, make_env)
 
 
-def run_fig12(options: Options) -> dict:
+def run_fig12(options: Options, make_env=None, rounds: int = 500, trials: int = 100) -> dict:
     """Fig. 12: N in {20, ..., 100}, T = 500; Quick-Init at N = 100 by the compressed form."""
-    return _over_n(options, (20, 40, 60, 80, 100), 500)
+    return _over_n(options, (20, 40, 60, 80, 100), rounds, trials, make_env)
 
 
 PAPER_TABLE1 = {
@@ -268,9 +281,9 @@ PAPER_TABLE1 = {
 }
 
 
-def run_table1(options: Options) -> dict:
+def run_table1(options: Options, make_env=None, rounds: int = 500, trials: int = 100) -> dict:
     """Table I: slots to reach 0.75, 0.78, 0.82, 0.85 (T = 500)."""
-    _, runs = _run(options, tuple(PAPER_TABLE1), 500, 100)
+    _, runs = _run(options, tuple(PAPER_TABLE1), rounds, trials, make_env=make_env)
     table = {
         name: {
             "slots": run.slots_to_target.mean(0).tolist(),
