@@ -152,10 +152,16 @@ def training_env(
     network = envs.hierarchical(
         N, num_servers=M, dataset=family, budget=budget, deadline_s=deadline_s, pricing=pricing
     )
+    return _hfl(images, setting, max_cohort(family, budget, M), network)
+
+
+def _hfl(images: FederatedData, setting: Setting, slots: int, network=None):
+    """Hierarchical FL of `slots` clients a round: edge rounds, the cloud every T_ES = 5,
+    Z = 1; the updates' arrival from `network` (every update in time if None)."""
     return envs.make(
         "training",
         N,
-        max_cohort(family, budget, M),
+        slots,
         data=images,
         model=models.get(setting.model, images.x.shape[2:], images.num_classes),
         algorithm="hierarchical",
@@ -369,26 +375,11 @@ def _fig2(family: str, options: Options) -> dict:
     """Fig. 2: random cohorts of `PARTICIPANTS` clients per edge round, every update in
     time, client n at edge server n mod M."""
     images, setting = load_images(options, family)
-    model = models.get(setting.model, images.x.shape[2:], images.num_classes)
     runs = {}
     for k in PARTICIPANTS:
-        env = envs.make(
-            "training",
-            N,
-            k,
-            data=images,
-            model=model,
-            algorithm="hierarchical",
-            num_groups=M,
-            period=5,
-            min_updates=1,
-            learning_rate=setting.learning_rate,
-            batch_size=setting.batch_size,
-            num_epochs=setting.num_epochs,
-        )
         runs[k] = run_policies(
             {"random": bandits.random(N, k)},
-            env,
+            _hfl(images, setting, k),
             options,
             setting.rounds,
             setting.trials,
