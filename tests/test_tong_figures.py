@@ -4,6 +4,7 @@ training slots; the training figures' dataset check."""
 import jax
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 import bandits
 from experiments.reproductions import Options, reproduce, tong
@@ -77,3 +78,17 @@ def test_the_training_figures_put_bp_ucb_on_fl_da_and_the_others_on_fl_fa():
     np.testing.assert_allclose(rewards["bp_ucb"], opinions[:5], rtol=1e-6)
     np.testing.assert_allclose(rewards["quick_init_ucb"], opinions.mean(), rtol=1e-6)
     assert np.ptp(opinions) > 0  # the two readings differ
+
+
+def test_the_training_slots_read_a_prepared_tfds_mnist():
+    # --dataset=mnist --data_dir=... (mocked here, offline): the same split (clients 1-5
+    # IID, the others two labels each) over MNIST's images, for any N of the figures.
+    from experiments.reproductions import tong_training
+
+    options = Options("calibrated", "unused", dataset="mnist", data_dir="unused")
+    with tfds.testing.mock_data(num_examples=2000):
+        data = tong_training._data(options, 40)
+    assert data.x.shape[0] == 40 and tuple(data.x.shape[2:]) == (28, 28, 1)
+    labels = [np.unique(np.asarray(data.y[i, : int(data.counts[i])])).size for i in range(40)]
+    assert min(labels[:5]) > 2 and max(labels[5:]) == 2
+    assert np.all(np.asarray(data.heldout_counts) > 0)  # every client has opinions to give
