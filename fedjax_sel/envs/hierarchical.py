@@ -214,13 +214,7 @@ def hierarchical(
     validation.choice("solver", solver, SOLVERS)
     validation.choice("pricing", pricing, PRICINGS)
     compute = preset["compute_mhz"]
-    cheapest = _PRICE_PER_MHZ[0] * compute[0]
-    b = preset["budget"] if budget is None else validation.positive_float("budget", budget)
-    if b < cheapest:
-        raise ValueError(
-            f"budget must be at least the cheapest possible client's cost "
-            f"({_PRICE_PER_MHZ[0]} x {compute[0]} MHz = {cheapest}), got {budget!r}."
-        )
+    b, _ = _budget(preset, budget)
     deadline = preset["deadline_s"] if deadline_s is None else deadline_s
     deadline = validation.positive_float("deadline_s", deadline)
     nf = validation.float_in_range("noise_figure_db", noise_figure_db, 0.0, np.inf)
@@ -398,6 +392,23 @@ def _unit_price(u):
     return _PRICE_PER_MHZ[0] + (_PRICE_PER_MHZ[1] - _PRICE_PER_MHZ[0]) * u
 
 
+def _budget(preset: dict, budget: float | None) -> tuple[float, float]:
+    """(B, the cheapest possible client's cost) for `preset`; B = None takes its budget.
+
+    Raises:
+      ValueError: B is not positive or below the cheapest cost (no client could be paid).
+    """
+    compute = preset["compute_mhz"]
+    cheapest = _PRICE_PER_MHZ[0] * compute[0]
+    b = preset["budget"] if budget is None else validation.positive_float("budget", budget)
+    if b < cheapest:
+        raise ValueError(
+            f"budget must be at least the cheapest possible client's cost "
+            f"({_PRICE_PER_MHZ[0]} x {compute[0]} MHz = {cheapest}), got {budget!r}."
+        )
+    return b, cheapest
+
+
 def max_cohort(dataset: str, budget: float | None, num_servers: int) -> int:
     """The most clients the budgets can pay for in a round: M floor(B / cheapest cost).
 
@@ -412,8 +423,7 @@ def max_cohort(dataset: str, budget: float | None, num_servers: int) -> int:
     """
     preset = PRESETS[validation.choice("dataset", dataset, tuple(PRESETS))]
     m = validation.positive_int("num_servers", num_servers)
-    b = preset["budget"] if budget is None else validation.positive_float("budget", budget)
-    cheapest = _PRICE_PER_MHZ[0] * preset["compute_mhz"][0]
+    b, cheapest = _budget(preset, budget)
     # Within the feasibility check's tolerance of the budget (`Env.feasible`).
     return m * int(np.floor(b * (1.0 + _BUDGET_RTOL) / cheapest))
 
