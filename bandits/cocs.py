@@ -180,10 +180,11 @@ def cocs(
         count = at_cube(state.counts, cube)
         under = r.reachable & (count <= control_function(inp.t, z, scale))  # eq. 13
         explored = r.reachable & ~under
+        exploring = jnp.any(under)
         # Each step runs only in rounds where some trial has a pair for it (`where_needed`):
         # with no under-explored pair, exploration selects nothing and leaves the budgets.
         first, remaining = where_needed(
-            jnp.any(under),
+            exploring,
             lambda c, u, k: assignment.max_cardinality(c, u, budgets, k),
             lambda c, u, k: (jnp.zeros((n, m), bool), budgets),
             r.cost,
@@ -195,7 +196,7 @@ def cocs(
             # Case (i) of Algorithm 1: every ES with a reachable client has an
             # under-explored one; the literal algorithm then explores only.
             servers_exploring = jnp.any(under, 0) | ~jnp.any(r.reachable, 0)
-            eligible &= ~(jnp.all(servers_exploring) & jnp.any(under))
+            eligible &= ~(jnp.all(servers_exploring) & exploring)
 
         def exploit(cost, eligible, successes, cube, count, remaining, exploit_key, tie_key):
             estimate = at_cube(successes, cube) / jnp.maximum(count, 1)  # eq. 12
@@ -217,7 +218,7 @@ def cocs(
             exploit_key,
             tie_key,
         )
-        new_state = state._replace(cube=cube, exploring=jnp.any(under))
+        new_state = state._replace(cube=cube, exploring=exploring)
         return edge_inputs.decision(first | second), new_state
 
     def update(state, decision, feedback):

@@ -141,10 +141,10 @@ def _inverse(position: jax.Array) -> jax.Array:
 def ascending_order(cost: jax.Array, key: jax.Array, counting: bool | None = None) -> jax.Array:
     """int32[N]: the clients by ascending cost, equal costs in a uniformly random order.
 
-    Equal costs are ordered by uniform random bits (and, where those are equal too,
-    with probability below N^2 / 2^33, by index). Up to `_COUNTING_MAX` clients the
-    positions are counted (N^2 comparisons; on CPU a sort of a few dozen items costs
-    more), above it sorted; both give the same order.
+    The lexicographic sort of (cost, uniform random bits, index): equal bits, with
+    probability below N^2 / 2^33, leave equal costs in index order. Up to
+    `_COUNTING_MAX` clients the same order is found by counting each client's position
+    (N^2 comparisons; on CPU a sort of a few dozen items costs more); tested equal.
 
     Args:
       cost: f32[N].
@@ -153,10 +153,12 @@ def ascending_order(cost: jax.Array, key: jax.Array, counting: bool | None = Non
     """
     n = cost.shape[0]
     tie = jax.random.bits(key, (n,), jnp.uint32)
-    if n <= _COUNTING_MAX if counting is None else counting:
-        return _inverse(_position((cost, tie)))
-    *_, order = lax.sort((cost, tie, jnp.arange(n, dtype=jnp.int32)), num_keys=2)
-    return order
+    if counting is None:
+        counting = n <= _COUNTING_MAX
+    if not counting:
+        *_, order = lax.sort((cost, tie, jnp.arange(n, dtype=jnp.int32)), num_keys=2)
+        return order
+    return _inverse(_position((cost, tie)))
 
 
 def random_order(key: jax.Array, m: int) -> jax.Array:
