@@ -187,9 +187,7 @@ def label_skew(fraction: np.ndarray, images: FederatedData) -> float:
     client's examples weighted by how often it was selected) and the test labels."""
     y, counts = np.asarray(images.y), np.asarray(images.counts)
     held = np.arange(y.shape[1])[None, :] < counts[:, None]
-    per_client = np.stack(
-        [np.bincount(y[i][held[i]], minlength=images.num_classes) for i in range(y.shape[0])]
-    )
+    per_client = np.sum((y[..., None] == np.arange(images.num_classes)) & held[..., None], axis=1)
     trained = np.asarray(fraction, np.float64) @ per_client
     test = np.bincount(np.asarray(images.y_test), minlength=images.num_classes)
     return float(0.5 * np.abs(trained / trained.sum() - test / test.sum()).sum())

@@ -68,7 +68,7 @@ def _run(
     trials = options.num_trials or trials
     if make_env is None:
         surrogate = _env(options, n, success)
-        make_env = lambda n, success, name: surrogate  # noqa: E731
+        make_env = lambda n, success, name: surrogate
     return rounds, {
         name: run_trials(
             policy, make_env(n, success, name), rounds, trials, seed=options.seed, targets=TARGETS

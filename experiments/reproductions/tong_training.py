@@ -75,8 +75,9 @@ def fl_env(
     )
 
 
-def _env(options: Options, data: FederatedData, analytics: str = "fa", k: int = K):
-    return fl_env(data, analytics, k, warm_start=options.setting == "calibrated")
+def _env(options: Options, data: FederatedData, analytics: str = "fa", k: int = K, success=1.0):
+    warm = options.setting == "calibrated"
+    return fl_env(data, analytics, k, warm_start=warm, success=success)
 
 
 def make_env(options: Options):
@@ -86,8 +87,7 @@ def make_env(options: Options):
 
     def make(n: int, success: float, policy: str):
         analytics = "da" if policy == "bp_ucb" else "fa"
-        warm = options.setting == "calibrated"
-        return fl_env(_data(options, n), analytics, K, warm_start=warm, success=success)
+        return _env(options, _data(options, n), analytics, success=success)
 
     return make
 
@@ -207,34 +207,10 @@ def run_fig9(options: Options) -> dict:
     return tong.fig9_numbers(options, runs, "9", "tong_training")
 
 
-def run_fig6(options: Options) -> dict:
-    """Fig. 6 with training: Quick-Init's selections of clients 1-5 and of the others."""
-    return tong.run_fig6(options, make_env(options), LONG_ROUNDS, TRIALS, "tong_training")
-
-
-def run_fig8(options: Options) -> dict:
-    """Fig. 8 with training: BP-UCB's beliefs of clients 1-5 (FL&DA)."""
-    return tong.run_fig8(options, make_env(options), ROUNDS, TRIALS, "tong_training")
-
-
-def run_fig10(options: Options) -> dict:
-    """Fig. 10 with training: theta in {1, 0.75, 0.5}."""
-    return tong.run_fig10(options, make_env(options), ROUNDS, TRIALS)
-
-
-def run_fig11(options: Options) -> dict:
-    """Fig. 11 with training: N in {20, 40, 60}."""
-    return tong.run_fig11(options, make_env(options), ROUNDS, TRIALS)
-
-
-def run_fig12(options: Options) -> dict:
-    """Fig. 12 with training: N in {20, ..., 100}, Quick-Init's compressed form from 60."""
-    return tong.run_fig12(options, make_env(options), ROUNDS, TRIALS)
-
-
-def run_table1(options: Options) -> dict:
-    """Table I with training: slots to the paper's targets, T = 500."""
-    return tong.run_table1(options, make_env(options), LONG_ROUNDS, TRIALS)
+def _on_slots(run, rounds: int, **kwargs):
+    """`tong`'s figure `run` on these slots (`make_env`), `rounds` slots and `TRIALS`
+    trials by default."""
+    return lambda options: run(options, make_env(options), rounds, TRIALS, **kwargs)
 
 
 FIGURES = {
@@ -266,12 +242,12 @@ FIGURES = {
     **{
         name: Figure(tong.FIGURES[name].claim, run, datasets=DIGITS_DATASETS)
         for name, run in (
-            ("6", run_fig6),
-            ("8", run_fig8),
-            ("10", run_fig10),
-            ("11", run_fig11),
-            ("12", run_fig12),
-            ("table1", run_table1),
+            ("6", _on_slots(tong.run_fig6, LONG_ROUNDS, paper="tong_training")),
+            ("8", _on_slots(tong.run_fig8, ROUNDS, paper="tong_training")),
+            ("10", _on_slots(tong.run_fig10, ROUNDS)),
+            ("11", _on_slots(tong.run_fig11, ROUNDS)),
+            ("12", _on_slots(tong.run_fig12, ROUNDS)),
+            ("table1", _on_slots(tong.run_table1, LONG_ROUNDS)),
         )
     },
 }
