@@ -1,11 +1,13 @@
 """Results of a simulation: per-round curves with confidence bands and per-trial totals.
 
 Saved as `<path>.npz` (arrays) next to `<path>.json` (configuration, versions, names),
-both plain formats that reload without this package.
+both plain formats that reload without this package; as tables, `to_dataframe` and
+`totals_dataframe` (pandas, an optional extra), or `save_csv` (no pandas needed).
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import platform
@@ -17,11 +19,37 @@ from fedjax_sel import metrics
 # Two-sided 95% normal quantile, for confidence intervals of means over trials.
 Z95 = 1.959963984540054
 
+# The layout of what `save` writes, recorded in the .json as "format"; files of fedjax-sel
+# 0.1.0 have no "format" and are format 1, the same layout. `load` reads every format up
+# to this one and names the version that wrote a newer one.
+FORMAT = 2
+
+# The columns of `to_dataframe` and of `save_csv`'s curves.
+CURVE_COLUMNS = ("policy", "metric", "round", "mean", "std", "ci")
+
 
 def _versions() -> dict[str, str]:
     import jax
 
-    return {"jax": jax.__version__, "numpy": np.__version__, "python": platform.python_version()}
+    import fedjax_sel
+
+    return {
+        "fedjax_sel": fedjax_sel.__version__,
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError(
+            "Results.to_dataframe and totals_dataframe need pandas: pip install "
+            "'fedjax-sel[pandas]' (or write tables without it with Results.save_csv)."
+        ) from None
+    return pandas
 
 
 @dataclasses.dataclass
@@ -111,6 +139,64 @@ class Results:
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
+    def curve_columns(self) -> dict[str, np.ndarray]:
+        """The curves in long format, one row per (policy, metric, round): the columns of
+        `CURVE_COLUMNS`, `round` from 1 and `ci` the 95% half-width of `curve`."""
+        columns = {name: [] for name in CURVE_COLUMNS}
+        rounds = np.arange(1, self.num_rounds + 1)
+        for policy in self.policies:
+            for metric in self.curves[policy]:
+                mean, ci = self.curve(policy, metric)
+                columns["policy"].append(np.full(rounds.size, policy, object))
+                columns["metric"].append(np.full(rounds.size, metric, object))
+                columns["round"].append(rounds)
+                columns["mean"].append(np.asarray(mean, np.float64))
+                columns["std"].append(np.asarray(self.curves[policy][metric]["std"], np.float64))
+                columns["ci"].append(np.asarray(ci, np.float64))
+        return {k: np.concatenate(v) if v else np.array([]) for k, v in columns.items()}
+
+    def total_columns(self) -> dict[str, np.ndarray]:
+        """The per-trial totals, one row per (policy, trial): `policy`, `trial` (from 0)
+        and one column per total."""
+        names = list(dict.fromkeys(t for p in self.policies for t in self.totals[p]))
+        columns = {name: [] for name in ["policy", "trial", *names]}
+        for policy in self.policies:
+            size = len(next(iter(self.totals[policy].values()), ()))
+            columns["policy"].append(np.full(size, policy, object))
+            columns["trial"].append(np.arange(size))
+            for name in names:
+                x = self.totals[policy].get(name, np.full(size, np.nan))
+                columns[name].append(np.asarray(x, np.float64))
+        return {k: np.concatenate(v) if v else np.array([]) for k, v in columns.items()}
+
+    def to_dataframe(self):
+        """The curves as a pandas DataFrame in long format (`curve_columns`): columns
+        policy, metric, round, mean, std, ci; the numbers are those of `curves`, exactly."""
+        return _pandas().DataFrame(self.curve_columns())
+
+    def totals_dataframe(self):
+        """The per-trial totals as a pandas DataFrame (`total_columns`): policy, trial and
+        one column per total; the numbers are those of `totals`, exactly."""
+        return _pandas().DataFrame(self.total_columns())
+
+    def save_csv(self, path: str) -> None:
+        """Writes the curves to `<path>.csv` (`curve_columns`) and the per-trial totals to
+        `<path>_totals.csv` (`total_columns`), numbers written in full (`repr`), so that
+        they read back exactly (`pandas.read_csv` of pandas >= 3, or `float_precision=
+        "round_trip"` before)."""
+        for suffix, columns in (
+            (".csv", self.curve_columns()),
+            ("_totals.csv", self.total_columns()),
+        ):
+            with open(path + suffix, "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(columns)
+                cells = [
+                    [repr(float(v)) if isinstance(v, np.floating) else str(v) for v in column]
+                    for column in columns.values()
+                ]
+                writer.writerows(zip(*cells, strict=True))
+
     def save(self, path: str) -> None:
         """Writes `<path>.npz` and `<path>.json`."""
         arrays = {}
@@ -123,6 +209,7 @@ class Results:
             arrays[f"fraction/{policy}"] = self.selection_fraction[policy]
         np.savez_compressed(path + ".npz", **arrays)
         meta = {
+            "format": FORMAT,
             "config": self.config,
             "created": self.created,
             "versions": self.versions,
@@ -135,9 +222,35 @@ class Results:
 
     @classmethod
     def load(cls, path: str) -> Results:
-        """Reads what `save(path)` wrote."""
+        """Reads what `save(path)` wrote, with this version or an earlier one.
+
+        Raises:
+          ValueError: naming the version that wrote the files, if they are of a newer
+            format or lack what their format holds.
+        """
         with open(path + ".json") as f:
             meta = json.load(f)
+        versions = meta.get("versions", {}) if isinstance(meta, dict) else {}
+        wrote = f"fedjax-sel {versions.get('fedjax_sel', '0.1.0 or earlier')}"
+        fmt = meta.get("format", 1) if isinstance(meta, dict) else None
+        if not isinstance(fmt, int) or fmt > FORMAT:
+            import fedjax_sel
+
+            raise ValueError(
+                f"{path}.json was written by {wrote} in results format {fmt!r}; fedjax-sel "
+                f"{fedjax_sel.__version__} reads formats up to {FORMAT}: load it with a newer "
+                f"fedjax-sel."
+            )
+        try:
+            return cls._read(path, meta)
+        except KeyError as e:
+            raise ValueError(
+                f"{path}.json/.npz, written by {wrote} (results format {fmt}), lack {e}: they "
+                f"are incomplete or were not written by Results.save."
+            ) from None
+
+    @classmethod
+    def _read(cls, path: str, meta: dict) -> Results:
         with np.load(path + ".npz") as a:
             curves = {
                 p: {

@@ -1,8 +1,12 @@
-"""`Results.growth_exponent` on hand-built curves."""
+"""`Results` on hand-built values: `growth_exponent`, the tables, saving and loading."""
+
+import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from fedjax_sel import results as results_lib
 from fedjax_sel.results import Results
 
 
@@ -39,3 +43,96 @@ def test_flat_and_short_curves():
     assert np.isnan(_results(np.minimum(t, 10)).growth_exponent("p"))
     assert np.isnan(_results(np.zeros(100)).growth_exponent("p"))
     assert np.isnan(_results([1.0, 2.0, 3.0]).growth_exponent("p"))
+
+
+def _two_policies():
+    rng = np.random.default_rng(0)
+    curve = lambda: {"mean": rng.normal(size=5), "std": rng.random(5)}
+    return Results(
+        config={"num_trials": 3, "num_rounds": 5},
+        curves={
+            "ucb": {"cumulative_regret": curve(), "reward": curve()},
+            "random": {"cumulative_regret": curve(), "reward": curve()},
+        },
+        totals={
+            p: {"cumulative_regret": rng.normal(size=3) / 3, "failures": rng.random(3)}
+            for p in ("ucb", "random")
+        },
+        selection_fraction={p: rng.random(4) for p in ("ucb", "random")},
+    )
+
+
+def _assert_frames_hold(res, curves, totals):
+    assert list(curves.columns) == list(results_lib.CURVE_COLUMNS)
+    assert len(curves) == 2 * 2 * 5
+    for (policy, metric), rows in curves.groupby(["policy", "metric"], sort=False):
+        assert rows["round"].tolist() == [1, 2, 3, 4, 5]
+        mean, ci = res.curve(policy, metric)
+        np.testing.assert_array_equal(rows["mean"].to_numpy(), res.curves[policy][metric]["mean"])
+        np.testing.assert_array_equal(rows["std"].to_numpy(), res.curves[policy][metric]["std"])
+        np.testing.assert_array_equal(rows["ci"].to_numpy(), ci)
+    assert list(totals.columns) == ["policy", "trial", "cumulative_regret", "failures"]
+    for policy, rows in totals.groupby("policy", sort=False):
+        assert rows["trial"].tolist() == [0, 1, 2]
+        for total, x in res.totals[policy].items():
+            np.testing.assert_array_equal(rows[total].to_numpy(), x)
+
+
+def test_dataframes_hold_the_numbers_exactly():
+    res = _two_policies()
+    _assert_frames_hold(res, res.to_dataframe(), res.totals_dataframe())
+
+
+def test_csv_reads_back_exactly(tmp_path):
+    res = _two_policies()
+    path = str(tmp_path / "results")
+    res.save_csv(path)
+    read = lambda suffix: pd.read_csv(path + suffix)
+    _assert_frames_hold(res, read(".csv"), read("_totals.csv"))
+
+
+def test_ci_is_the_95_percent_half_width():
+    res = _two_policies()
+    frame = res.to_dataframe()
+    row = frame[(frame.policy == "random") & (frame.metric == "reward")].iloc[2]
+    std = res.curves["random"]["reward"]["std"][2]
+    assert row["ci"] == results_lib.Z95 * std / np.sqrt(3)
+
+
+def _save(tmp_path, edit=None):
+    res = _two_policies()
+    path = str(tmp_path / "results")
+    res.save(path)
+    if edit is not None:
+        with open(path + ".json") as f:
+            meta = json.load(f)
+        edit(meta)
+        with open(path + ".json", "w") as f:
+            json.dump(meta, f)
+    return res, path
+
+
+def test_a_file_without_format_from_the_first_version_loads(tmp_path):
+    def first_version(meta):
+        del meta["format"]
+        del meta["versions"]["fedjax_sel"]
+
+    res, path = _save(tmp_path, first_version)
+    loaded = Results.load(path)
+    np.testing.assert_array_equal(loaded.totals["ucb"]["failures"], res.totals["ucb"]["failures"])
+
+
+def test_a_newer_format_names_the_version_that_wrote_it(tmp_path):
+    def newer(meta):
+        meta["format"] = results_lib.FORMAT + 1
+        meta["versions"]["fedjax_sel"] = "9.0.0"
+
+    _, path = _save(tmp_path, newer)
+    with pytest.raises(ValueError, match=r"written by fedjax-sel 9.0.0 in results format 3"):
+        Results.load(path)
+
+
+def test_a_file_missing_what_its_format_holds_says_so(tmp_path):
+    _, path = _save(tmp_path, lambda meta: meta.pop("totals"))
+    with pytest.raises(ValueError, match=r"fedjax-sel 0.1.0 \(results format 2\), lack 'totals'"):
+        Results.load(path)
