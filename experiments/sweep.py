@@ -7,14 +7,17 @@ the regret figure; `Progress` prints one line per chunk.
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import sys
 import time
+
+import jax
 
 import bandits
 import fedjax_sel
 from fedjax_sel import envs, validation
+from fedjax_sel.runner import checkpoints, processes
 
 
 class Progress:
@@ -64,10 +67,16 @@ def run(
     `{"num_servers": 4}` for dfl_delay), `policy_options` each policy's, by policy name.
     Under `output_dir` (if given) it checkpoints after every chunk, so an interrupted
     sweep resumes where it stopped when run again with the same arguments; once the
-    results and the figure (cumulative regret, or cumulative reward for an environment
-    without an oracle) are written the checkpoint is removed. Raises ValueError on an
-    unknown name, an invalid size, seed or option, or an `output_dir` that cannot be a
-    directory, before anything runs or is written.
+    results (`results.npz`/`.json`, the tables `results.csv` and `results_totals.csv` of
+    `Results.save_csv`) and the figure (cumulative regret, or cumulative reward for an
+    environment without an oracle) are written, the checkpoint is removed. In a
+    `jax.distributed` job every process runs `run` with the same arguments
+    (`fedjax_sel.simulate`), process 0 writes the results, and each process removes its
+    own checkpoint files once they are written.
+
+    Raises ValueError on an unknown name, an invalid size, seed or option, an
+    `output_dir` that cannot be a directory or that holds the results of another
+    configuration, before anything runs or is written.
     """
     if not policies:
         raise ValueError("policies must name at least one policy.")
@@ -112,6 +121,18 @@ def run(
         "env_options": repr(sorted(env_options.items())),
         "policy_options": repr(sorted((k, sorted(v.items())) for k, v in policy_options.items())),
     }
+    if output_dir:
+        _check_earlier_results(
+            output_dir,
+            {
+                "policies": list(policies),
+                "num_clients": num_clients,
+                "num_rounds": num_rounds,
+                "num_trials": num_trials,
+                "seed": seed,
+                "config": config,
+            },
+        )
     checkpoint_dir = os.path.join(output_dir, "checkpoint") if output_dir else None
     results = fedjax_sel.simulate(
         selectors,
@@ -126,12 +147,46 @@ def run(
         progress=progress,
     )
     if output_dir:
-        os.makedirs(output_dir, exist_ok=True)
-        results.save(os.path.join(output_dir, "results"))
-        metric = "cumulative_regret" if environment.oracle is not None else "cumulative_reward"
-        fedjax_sel.plot(results, metric, path=os.path.join(output_dir, FIGURE[metric]))
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        if jax.process_index() == 0:
+            os.makedirs(output_dir, exist_ok=True)
+            results.save(os.path.join(output_dir, "results"))
+            results.save_csv(os.path.join(output_dir, "results"))
+            metric = "cumulative_regret" if environment.oracle is not None else "cumulative_reward"
+            fedjax_sel.plot(results, metric, path=os.path.join(output_dir, FIGURE[metric]))
+        processes.sync("sweep: results written")
+        index, count = jax.process_index(), jax.process_count()
+        for name in policies:
+            path = os.path.join(checkpoint_dir, checkpoints.filename(name, index, count))
+            if os.path.exists(path):
+                os.remove(path)
+        if not os.listdir(checkpoint_dir):
+            os.rmdir(checkpoint_dir)
     return results
+
+
+def _check_earlier_results(output_dir: str, run: dict) -> None:
+    """Raises ValueError if `output_dir` holds results (results.json) of a run whose
+    configuration differs from `run` (the keys of `Results.config` it has)."""
+    path = os.path.join(output_dir, "results.json")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as f:
+            earlier = json.load(f)["config"]
+        earlier = {k: earlier.get(k) for k in run}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(
+            f"output_dir {output_dir!r} holds a results.json that cannot be read ({e}); move "
+            f"it away or choose another output_dir. Nothing was run or written."
+        ) from None
+    differs = sorted(k for k in run if json.dumps(earlier[k]) != json.dumps(run[k]))
+    if differs:
+        raise ValueError(
+            f"output_dir {output_dir!r} holds the results of another configuration (they "
+            f"differ in {', '.join(differs)}), which this sweep would overwrite: choose "
+            f"another output_dir, or delete its results to replace them. Nothing was run or "
+            f"written."
+        )
 
 
 FIGURE = {"cumulative_regret": "regret.png", "cumulative_reward": "reward.png"}

@@ -4,6 +4,7 @@ r"""Monte Carlo sweep of selection policies on one environment.
   python -m launch.sweep --env=bernoulli --policies=ucb,thompson,random \
       --num_clients=1000 --num_selected=100 --num_rounds=5000 --num_trials=1000
   python -m launch.sweep --flagfile=launch/flagfiles/sweep_default.cfg
+  python -m launch.sweep --distributed ...   # on every process of a job (docs/scale.md)
   python -m launch.sweep --env=dfl_delay --num_clients=30 --num_selected=2 \
       --env_option=num_servers=3 --policies=dfl_ccmab,per_server_random \
       --policy_option=dfl_ccmab.horizon=1000 --num_rounds=1000
@@ -15,14 +16,17 @@ or is written.
 
 Prints progress while it runs and a table at the end (final cumulative regret, mean and
 95% interval over trials, per policy, with the other headline metrics); writes
-`results.npz`/`results.json`, `regret.png` (`reward.png` for an environment without an
-oracle) and a resumable checkpoint to `--output_dir`.
+`results.npz`/`results.json`, the tables `results.csv` (curves: policy, metric, round,
+mean, std, ci) and `results_totals.csv` (per-trial totals), `regret.png` (`reward.png`
+for an environment without an oracle) and a resumable checkpoint to `--output_dir`, which
+must not hold the results of another configuration.
 """
 
 from __future__ import annotations
 
 import time
 
+import jax
 from absl import app, flags
 
 import fedjax_sel
@@ -50,6 +54,23 @@ _ROUNDS_PER_CHUNK = flags.DEFINE_integer(
     "rounds_per_chunk", None, "Rounds per compiled call (progress, checkpoints); default T/10."
 )
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "out/sweep", "Where results and figures go.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed",
+    False,
+    "Run as one process of a jax.distributed job (docs/scale.md): every process runs the "
+    "same command; process 0 writes the results.",
+)
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address",
+    None,
+    "host:port of process 0, for --distributed; None lets JAX find it (Slurm, Cloud TPU).",
+)
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Processes of the --distributed job; None lets JAX find it."
+)
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "This process's index in the --distributed job; None lets JAX find it."
+)
 _ENV_OPTIONS = flags.DEFINE_multi_string(
     "env_option", [], "NAME=VALUE, a parameter of the environment (repeatable)."
 )
@@ -73,6 +94,12 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
+    if _DISTRIBUTED.value:
+        jax.distributed.initialize(
+            coordinator_address=_COORDINATOR.value,
+            num_processes=_NUM_PROCESSES.value,
+            process_id=_PROCESS_ID.value,
+        )
     rounds_per_chunk = _ROUNDS_PER_CHUNK.value
     if rounds_per_chunk is None:
         rounds_per_chunk = max(1, min(_NUM_ROUNDS.value // 10, _NUM_ROUNDS.value))
@@ -107,7 +134,10 @@ def main(argv):
     print(f"After {results.num_rounds} rounds, mean over {results.num_trials} trials +- 95% CI:")
     print(results.table())
     print()
-    print(f"wrote {_OUTPUT_DIR.value}/results.npz, results.json and the figure")
+    print(
+        f"wrote {_OUTPUT_DIR.value}/results.npz, results.json, results.csv, "
+        f"results_totals.csv and the figure"
+    )
     print(f"total time {time.perf_counter() - start:.1f} s")
 
 

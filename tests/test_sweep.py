@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import fedjax_sel
@@ -52,6 +53,31 @@ def test_sweep_writes_results_figure_and_table(tmp_path):
     meta = json.loads((tmp_path / "results.json").read_text())
     assert "jax" in meta["versions"]
     assert np.isfinite(res.curves["ucb"]["cumulative_regret"]["mean"]).all()
+    # The tables hold the numbers of the .npz, exactly.
+    curves = pd.read_csv(tmp_path / "results.csv")
+    rows = curves[(curves.policy == "random") & (curves.metric == "cumulative_regret")]
+    np.testing.assert_array_equal(rows["mean"], res.curves["random"]["cumulative_regret"]["mean"])
+    assert rows["round"].tolist() == list(range(1, 61))
+    totals = pd.read_csv(tmp_path / "results_totals.csv")
+    np.testing.assert_array_equal(
+        totals[totals.policy == "ucb"]["cumulative_regret"], res.totals["ucb"]["cumulative_regret"]
+    )
+
+    # A sweep of another configuration into the same directory is refused before it runs,
+    # and the results already there are kept.
+    before = {name: (tmp_path / name).read_bytes() for name in ("results.npz", "results.csv")}
+    out = _sweep(
+        "--policies=ucb,random,oracle",
+        "--num_clients=12",
+        "--num_selected=3",
+        "--num_rounds=61",
+        "--num_trials=8",
+        "--availability=0.9",
+        f"--output_dir={tmp_path}",
+    )
+    assert out.returncode != 0
+    assert "holds the results of another configuration (they differ in num_rounds)" in out.stderr
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
 
 
 @pytest.mark.parametrize(

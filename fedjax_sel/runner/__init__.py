@@ -5,7 +5,7 @@
 random streams are documented), then runs them chunk after chunk, summing the metrics
 of `fedjax_sel.metrics` over trials in a fixed order (`reduction`: results do not
 depend on chunking or on the number of devices), saving progress between chunks
-(`checkpoints`).
+(`checkpoints`), over every process of a `jax.distributed` job (`processes`).
 
 Memory is O(T * metrics + M * N): per-trial totals are kept, per-round curves only as
 sums over trials.
@@ -28,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from fedjax_sel import metrics, validation
 from fedjax_sel.ops import double
 from fedjax_sel.results import Results
-from fedjax_sel.runner import checkpoints, chunking, fingerprint, programs, reduction
+from fedjax_sel.runner import checkpoints, chunking, fingerprint, processes, programs, reduction
 from fedjax_sel.runner.chunking import (
     CHUNK_COST_TRIALS,
     CPU_CHUNK_CLIENT_TRIALS,
@@ -106,6 +106,12 @@ def simulate(
       devices: devices to shard the trial axis over, at most one per trial; None uses
         all of `jax.devices()`. Results do not depend on them. JAX makes one CPU device
         unless told otherwise; one per core runs faster (`fedjax_sel.configure_cpu`).
+        In a `jax.distributed` job of several processes, this process's own devices
+        (None: `jax.local_devices()`), the same power-of-two number on every process:
+        every process calls `simulate` with the same arguments, runs its blocks of each
+        chunk, and returns the same `Results`, bit for bit those of one process
+        (`runner.processes`, docs/scale.md). Checkpoints are then one file per policy and
+        process.
       memory_budget_bytes: if given (and `trials_per_chunk` is not), the trials run in
         chunks of a power of two whose estimated memory (over all `devices` together)
         fits this many bytes (see `trials_per_chunk_for_budget`), and no larger than the
@@ -117,7 +123,10 @@ def simulate(
 
     Raises:
       ValueError: on bad arguments; when a policy selects more clients in a round than
-        the environment's cohort (`env.num_selected`, where the environment has one).
+        the environment's cohort (`env.num_selected`, where the environment has one); in
+        a job of several processes, on every process when the processes were called
+        with other arguments or have unequal or non-power-of-two numbers of devices, or
+        when one of them refuses its checkpoint files.
       Whatever a policy raises while it is traced, before anything runs, with its own
       type and traceback (and, on Python >= 3.11, a note naming the policy).
     """
@@ -148,11 +157,19 @@ def simulate(
         json.dumps(config)
     except TypeError as e:
         raise ValueError(f"config must be JSON-serialisable: {e}") from None
-    # A device with no trial of its own would only compute padding.
-    devices = list(devices or jax.devices())[:num_trials]
-    num_devices = len(devices)
+    group = processes.current()
+    devices = _local_devices(devices, num_trials, group)
+    # A chunk spans the devices of every process.
+    num_devices = len(devices) * group.count
     trials_per_chunk = _trials_per_chunk(
-        policies, env, num_rounds, num_trials, trials_per_chunk, memory_budget_bytes, devices
+        policies,
+        env,
+        num_rounds,
+        num_trials,
+        trials_per_chunk,
+        memory_budget_bytes,
+        num_devices,
+        devices[0].platform,
     )
 
     keys = programs.keys(int(seed))
@@ -167,9 +184,14 @@ def simulate(
         "metrics": list(layout.curves),
         "config": config,
     }
+    if group.count > 1:
+        group.check_same_run(
+            _run_description(policies, env, keys, run_config, rounds_per_chunk), len(devices)
+        )
 
     mesh = Mesh(np.asarray(devices), ("trials",))
     keys = jax.device_put(keys, NamedSharding(mesh, PartitionSpec()))
+    chunk = min(trials_per_chunk or num_trials, num_trials)
     plan = _Plan(
         env,
         keys,
@@ -177,19 +199,29 @@ def simulate(
         layout,
         num_rounds,
         num_trials,
-        min(trials_per_chunk or num_trials, num_trials),
+        chunk,
         rounds_per_chunk,
+        group,
+        len(devices) * chunking.device_block(chunk, num_devices),
     )
     options = programs.compiler_options(devices[0].platform)
-    sim_size = chunking.simulated_trials(plan.chunk, num_devices)
     compiled = {
-        name: programs.checked_programs(name, keys, sim_size, env, sel, layout, options, mesh)
+        name: programs.checked_programs(
+            name, keys, plan.local_trials, env, sel, layout, options, mesh
+        )
         for name, sel in policies.items()
     }
 
     files = {}
     if checkpoint_dir is not None:
-        files = _checkpoint_files(checkpoint_dir, policies, env, keys, run_config, num_devices)
+        error = None
+        try:
+            files = _checkpoint_files(
+                checkpoint_dir, policies, env, keys, run_config, len(devices), group
+            )
+        except ValueError as e:
+            error = str(e)
+        group.agree(error)
 
     curves, totals, fractions = {}, {}, {}
     for name, policy_programs in compiled.items():
@@ -228,11 +260,47 @@ def _checked_policies(policies, env: Env) -> dict[str, Selector]:
     return dict(policies)
 
 
+def _local_devices(devices, num_trials: int, group: processes.Group) -> list:
+    """The devices this process runs its blocks of trials on (`simulate`'s `devices`)."""
+    if group.count == 1:
+        # A device with no trial of its own would only compute padding.
+        return list(devices or jax.devices())[:num_trials]
+    devices = list(devices or jax.local_devices())
+    foreign = [d for d in devices if d.process_index != group.index]
+    if foreign:
+        raise ValueError(
+            f"devices must be this process's own devices (jax.local_devices()) in a "
+            f"jax.distributed run of {group.count} processes; {foreign} belong to others."
+        )
+    return devices
+
+
+def _run_description(policies, env, run_keys, run_config, rounds_per_chunk) -> str:
+    """What every process of a run must agree on: the run's configuration and the
+    fingerprints of its environment and policies."""
+    return json.dumps(
+        {
+            **run_config,
+            "rounds_per_chunk": rounds_per_chunk,
+            "environment": fingerprint.environment(env, run_keys),
+            "policies": {n: fingerprint.policy(s, env, run_keys) for n, s in policies.items()},
+        },
+        sort_keys=True,
+    )
+
+
 def _trials_per_chunk(
-    policies, env, num_rounds, num_trials, trials_per_chunk, memory_budget_bytes, devices
+    policies,
+    env,
+    num_rounds,
+    num_trials,
+    trials_per_chunk,
+    memory_budget_bytes,
+    num_devices: int,
+    platform: str,
 ) -> int | None:
-    """The trial chunk `simulate` runs (its docstring says how it is chosen); None for all
-    trials at once."""
+    """The trial chunk `simulate` runs (its docstring says how it is chosen) on
+    `num_devices` devices of `platform` in all; None for all trials at once."""
     if trials_per_chunk is not None:
         trials_per_chunk = validation.positive_int("trials_per_chunk", trials_per_chunk)
         if trials_per_chunk & (trials_per_chunk - 1):
@@ -243,13 +311,12 @@ def _trials_per_chunk(
         if memory_budget_bytes is not None:
             raise ValueError("give trials_per_chunk or memory_budget_bytes, not both.")
         return trials_per_chunk
-    num_devices = len(devices)
     if memory_budget_bytes is not None:
         memory_budget_bytes = validation.positive_int("memory_budget_bytes", memory_budget_bytes)
         trials_per_chunk = trials_per_chunk_for_budget(
             policies, env, num_rounds, num_trials, memory_budget_bytes, num_devices
         )
-    if all(device.platform == "cpu" for device in devices):
+    if platform == "cpu":
         cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, num_devices)
         return min(trials_per_chunk or cpu_chunk, cpu_chunk)
     if trials_per_chunk is None and num_devices > 1:
@@ -264,22 +331,26 @@ class _Plan(NamedTuple):
 
     env: Env
     keys: programs.Keys  # replicated over the mesh
-    mesh: Mesh
+    mesh: Mesh  # this process's devices
     layout: metrics.Layout
     num_rounds: int
     num_trials: int
     chunk: int  # trials per chunk, padding excluded
     rounds_per_chunk: int
+    group: processes.Group
+    local_trials: int  # trials of a chunk this process simulates, padding included
 
 
-def _checkpoint_files(checkpoint_dir, policies, env, run_keys, run_config, num_devices):
-    """policy -> (path, identity) of its checkpoint file; raises ValueError, before anything
-    runs, if a file already there holds another run or cannot be read
-    (`checkpoints.check_identity`)."""
+def _checkpoint_files(checkpoint_dir, policies, env, run_keys, run_config, num_devices, group):
+    """policy -> (path, identity) of this process's checkpoint file; raises ValueError,
+    before anything runs, if a file already there holds another run or cannot be read
+    (`checkpoints.check_identity`), or if the directory holds the policy's files of a run
+    with another number of processes."""
     import fedjax_sel
 
     os.makedirs(checkpoint_dir, exist_ok=True)
     env_print = fingerprint.environment(env, run_keys)
+    present = os.listdir(checkpoint_dir)
     files = {}
     for name, sel in policies.items():
         identity = {
@@ -287,13 +358,27 @@ def _checkpoint_files(checkpoint_dir, policies, env, run_keys, run_config, num_d
             "policy": name,
             "policy_fingerprint": fingerprint.policy(sel, env, run_keys),
             "environment_fingerprint": env_print,
-            # A chunk's saved state holds the trials of its devices' blocks.
+            # A chunk's saved state holds the trials of this process's devices' blocks.
             "num_devices": num_devices,
+            "num_processes": group.count,
+            "process_index": group.index,
             "format": checkpoints.FORMAT,
             "fedjax_sel": fedjax_sel.__version__,
             "jax": jax.__version__,
         }
-        path = os.path.join(checkpoint_dir, f"policy_{name}.npz")
+        filename = checkpoints.filename(name, group.index, group.count)
+        others = [
+            f for f in present if checkpoints.process_count(f, name) not in (None, group.count)
+        ]
+        if others:
+            raise ValueError(
+                f"checkpoint_dir {checkpoint_dir!r} holds files of policy {name!r} from a run "
+                f"of another number of processes ({sorted(others)}), which this run of "
+                f"{group.count} cannot resume (each process's file holds its own devices' "
+                f"trials): resume with that number of processes, or delete those files (or "
+                f"use a fresh checkpoint_dir) to start over."
+            )
+        path = os.path.join(checkpoint_dir, filename)
         if os.path.exists(path):
             checkpoints.check_identity(path, identity)
         files[name] = (path, identity)
@@ -303,54 +388,97 @@ def _checkpoint_files(checkpoint_dir, policies, env, run_keys, run_config, num_d
 def _run_policy(name, policy_programs, plan: _Plan, file, progress) -> checkpoints.Progress:
     """Runs every chunk of trials of one policy (resuming from its checkpoint `file`, a
     (path, identity) pair or None, if the path exists) and returns where it stands at the
-    end: the joined sums and the totals."""
-    init_carry, run_rounds, finish = policy_programs
-    keys, chunk, num_rounds, num_trials = plan.keys, plan.chunk, plan.num_rounds, plan.num_trials
-    # The environment's parameters are an argument of the programs, not constants in them.
-    params = plan.env.params
-    sharded = NamedSharding(plan.mesh, PartitionSpec("trials"))
-    sim_size = chunking.simulated_trials(chunk, plan.mesh.size)
-    num_chunks = -(-num_trials // chunk)
-    cohort = plan.env.num_selected
+    end: the joined sums and the totals.
+
+    Each chunk's trials are laid out over the devices of every process
+    (`runner.processes`); this process simulates its `plan.local_trials` of them, and the
+    chunk's values are joined over processes at its end.
+    """
+    group = plan.group
+    num_chunks = -(-plan.num_trials // plan.chunk)
     path, identity = file or (None, None)
     resume = path and os.path.exists(path)
     state = checkpoints.load_progress(path, identity) if resume else checkpoints.Progress()
+    save = lambda: checkpoints.save_progress(path, state, identity)
+    if group.count > 1 and path:
+        statuses = group.gather(np.array([state.chunk, state.joined is not None], np.int32))
+        behind = processes.behind([processes.Status(c, bool(j)) for c, j in statuses], group.index)
+        if behind:
+            _join(name, state, plan)
+            save()
     while state.chunk < num_chunks:
-        start = state.chunk * chunk
-        ids = np.arange(start, start + sim_size)
-        trial_ids = jax.device_put(ids.astype(np.int32), sharded)
-        valid = jax.device_put(ids < min(start + chunk, num_trials), sharded)
-        if state.carry_leaves is not None:
-            treedef = jax.tree.structure(jax.eval_shape(init_carry, keys, params, trial_ids))
-            carry = jax.device_put(jax.tree.unflatten(treedef, state.carry_leaves), sharded)
+        if state.joined is None:
+            local = _run_chunk(state, policy_programs, plan, save if path else None, name, progress)
         else:
-            carry = init_carry(keys, params, trial_ids)
-            state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2, 2), np.float32)
-        while state.next_round <= num_rounds:
-            t0 = state.next_round
-            length = min(plan.rounds_per_chunk, num_rounds - t0 + 1)
-            rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
-            carry, sums = run_rounds(carry, keys, params, trial_ids, valid, rounds)
-            state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums), double.add)
-            state.next_round = t0 + length
-            if path and state.next_round <= num_rounds:
-                state.carry_leaves = [np.asarray(x) for x in jax.tree.leaves(carry)]
-                checkpoints.save_progress(path, state, identity)
-            if progress is not None:
-                in_chunk = min(chunk, num_trials - start)
-                done = start * num_rounds + in_chunk * (state.next_round - 1)
-                progress(name, done, num_trials * num_rounds)
-        per_trial, chunk_counts, cohorts = finish(carry, valid, jnp.float32(num_rounds))
-        valid = np.asarray(valid)
-        _check_decisions(name, np.asarray(cohorts)[valid], cohort, start)
-        state.per_trial.append(np.asarray(per_trial)[valid])
-        state.stack.push((state.curve, tree_sum(np.asarray(chunk_counts))))
-        state.chunk += 1
-        state.next_round = 1
-        state.carry_leaves = None
+            # Joined before an interruption: offer the saved values again.
+            local = [x[group.index] for x in state.joined]
+        state.joined = [group.gather(x) for x in local]
+        if group.count > 1 and path:
+            save()
+            group.barrier(f"{name}: chunk {state.chunk} joined")
+        _join(name, state, plan)
         if path:
-            checkpoints.save_progress(path, state, identity)
+            save()
     return state
+
+
+def _run_chunk(state, programs_, plan: _Plan, save, name, progress) -> list[np.ndarray]:
+    """Runs this process's trials of the chunk `state.chunk` from where `state` stands,
+    saving after every call of `run_rounds` (if `save`), and returns its values for the
+    join: the root of its devices' per-round sums f32[T, metrics, 2, 2] (double-f32) and
+    selection counts f32[N], its trials' totals f32[trials, totals, 2] and decision
+    checks f32[trials, 2]."""
+    init_carry, run_rounds, finish = programs_
+    # The environment's parameters are an argument of the programs, not constants in them.
+    keys, params, chunk = plan.keys, plan.env.params, plan.chunk
+    num_rounds, num_trials = plan.num_rounds, plan.num_trials
+    sharded = NamedSharding(plan.mesh, PartitionSpec("trials"))
+    start = state.chunk * chunk
+    first = start + plan.group.index * plan.local_trials
+    ids = np.arange(first, first + plan.local_trials)
+    trial_ids = jax.device_put(ids.astype(np.int32), sharded)
+    valid = jax.device_put(ids < min(start + chunk, num_trials), sharded)
+    if state.carry_leaves is not None:
+        treedef = jax.tree.structure(jax.eval_shape(init_carry, keys, params, trial_ids))
+        carry = jax.device_put(jax.tree.unflatten(treedef, state.carry_leaves), sharded)
+    else:
+        carry = init_carry(keys, params, trial_ids)
+        state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2, 2), np.float32)
+    while state.next_round <= num_rounds:
+        t0 = state.next_round
+        length = min(plan.rounds_per_chunk, num_rounds - t0 + 1)
+        rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
+        carry, sums = run_rounds(carry, keys, params, trial_ids, valid, rounds)
+        state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums), double.add)
+        state.next_round = t0 + length
+        if save and state.next_round <= num_rounds:
+            state.carry_leaves = [np.asarray(x) for x in jax.tree.leaves(carry)]
+            save()
+        if progress is not None:
+            in_chunk = min(chunk, num_trials - start)
+            done = start * num_rounds + in_chunk * (state.next_round - 1)
+            progress(name, done, num_trials * num_rounds)
+    per_trial, counts, cohorts = finish(carry, valid, jnp.float32(num_rounds))
+    state.carry_leaves = None
+    return [state.curve, tree_sum(np.asarray(counts)), np.asarray(per_trial), np.asarray(cohorts)]
+
+
+def _join(name: str, state: checkpoints.Progress, plan: _Plan) -> None:
+    """Moves `state` past its chunk with the chunk's values joined over processes,
+    `state.joined` ([processes, ...] of each of `_run_chunk`'s values): the per-round
+    sums and counts joined along the tree of `tree_sum`, the valid trials' totals in
+    trial order, after checking their decisions."""
+    curves, counts, per_trial, cohorts = state.joined
+    start = state.chunk * plan.chunk
+    ids = start + np.arange(plan.group.count * plan.local_trials)
+    valid = ids < min(start + plan.chunk, plan.num_trials)
+    cohorts = cohorts.reshape(-1, cohorts.shape[-1])[valid]
+    _check_decisions(name, cohorts, plan.env.num_selected, start)
+    state.per_trial.append(per_trial.reshape((-1,) + per_trial.shape[2:])[valid])
+    state.stack.push((tree_sum(curves, double.add), tree_sum(counts)))
+    state.chunk += 1
+    state.next_round = 1
+    state.joined = None
 
 
 def _check_decisions(name: str, cohorts: np.ndarray, num_selected: int | None, start: int):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import zipfile
 from collections.abc import Mapping
 
@@ -22,7 +23,7 @@ import numpy as np
 from fedjax_sel.runner.reduction import DyadicStack, join_chunks
 
 # The layout of a checkpoint file; a file of another layout is refused, not misread.
-FORMAT = 2
+FORMAT = 3
 
 # What each field of an identity is, for the message when a file's differs from the run's.
 _FIELDS = {
@@ -33,6 +34,8 @@ _FIELDS = {
     "fedjax_sel": "the fedjax-sel version that wrote it",
     "jax": "the jax version that wrote it",
     "num_devices": "the number of devices (a chunk's state holds its devices' blocks)",
+    "num_processes": "the number of processes of the jax.distributed run",
+    "process_index": "the process that wrote it (a file copied from another process?)",
 }
 
 
@@ -46,6 +49,26 @@ class Progress:
     per_trial: list = dataclasses.field(default_factory=list)
     stack: DyadicStack = dataclasses.field(default_factory=lambda: DyadicStack(join_chunks))
     carry_leaves: list | None = None
+    # The chunk's values joined over processes, saved before the run moves past it
+    # (`processes`); None otherwise.
+    joined: list | None = None
+
+
+def filename(policy: str, process: int, num_processes: int) -> str:
+    """The checkpoint file of `policy` written by `process` of `num_processes`:
+    `policy_<name>.npz` in a one-process run, `policy_<name>.process<p>of<P>.npz` else."""
+    if num_processes == 1:
+        return f"policy_{policy}.npz"
+    return f"policy_{policy}.process{process}of{num_processes}.npz"
+
+
+def process_count(name: str, policy: str) -> int | None:
+    """The number of processes of the run that wrote the file `name`, if it is a
+    checkpoint file of `policy` (`filename`); None otherwise."""
+    match = re.fullmatch(rf"policy_{re.escape(policy)}(?:\.process\d+of(\d+))?\.npz", name)
+    if match is None:
+        return None
+    return int(match.group(1) or 1)
 
 
 def _start_over(path: str, policy: str) -> str:
@@ -80,6 +103,7 @@ def save_progress(path: str, p: Progress, identity: dict) -> None:
         "levels": np.asarray(p.stack.levels, np.int64),
         "num_per_trial": np.int64(len(p.per_trial)),
         "num_carry": np.int64(len(p.carry_leaves or [])),
+        "num_joined": np.int64(len(p.joined or [])),
     }
     for i, (curve, fractions) in enumerate(p.stack.items):
         arrays[f"stack_curve_{i}"] = curve
@@ -88,6 +112,8 @@ def save_progress(path: str, p: Progress, identity: dict) -> None:
         arrays[f"per_trial_{i}"] = x
     for i, x in enumerate(p.carry_leaves or []):
         arrays[f"carry_{i}"] = x
+    for i, x in enumerate(p.joined or []):
+        arrays[f"joined_{i}"] = x
     _atomic_save(path, arrays)
 
 
@@ -134,6 +160,7 @@ def load_progress(path: str, identity: dict) -> Progress:
                 per_trial=[f[f"per_trial_{i}"] for i in range(int(f["num_per_trial"]))],
                 stack=DyadicStack(join_chunks, levels, items),
                 carry_leaves=[f[f"carry_{i}"] for i in range(int(f["num_carry"]))] or None,
+                joined=[f[f"joined_{i}"] for i in range(int(f["num_joined"]))] or None,
             )
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         raise _unreadable(path, identity, e) from None
