@@ -4,6 +4,7 @@
 import numpy as np
 import pytest
 
+import bandits
 from experiments.reproductions import Options, huang, reproduce
 
 
@@ -39,3 +40,23 @@ def test_theorem_3_regret_under_eq_24(tmp_path):
     assert numbers["RBCS-F(10)"]["bound_24"] == pytest.approx(1.21833, abs=1e-4)
     assert numbers["holds"]
     assert (tmp_path / "huang_figthm3_calibrated.png").exists()
+
+
+def test_lemma_1_alpha_by_hand():
+    # R = 0.5, S = 0.5, L = 1, lambda = 1, delta = 0.05, d = 3, t = 100:
+    # 0.5 sqrt(3 ln(101 / 0.05)) + 0.5 = 0.5 * 4.77835 + 0.5.
+    alpha = bandits.theory_exploration(100, 3, 1.0, 0.05, 0.5, 0.5, 1.0)
+    assert float(alpha) == pytest.approx(2.889175, abs=1e-5)
+
+
+def test_lemma_1_coverage_at_least_one_minus_delta(tmp_path):
+    options = Options("calibrated", str(tmp_path), num_trials=64, num_rounds=300, seed=0)
+    numbers = reproduce("huang", "lemma1", options)
+    delta = numbers["confidence_delta"]
+    # A binomial coverage of 1 - delta over 64 trials has a standard error of 0.027.
+    covered = numbers["lemma1_alpha"]["coverage_all_clients"]
+    assert covered >= 1 - delta - 1.96 * np.sqrt(delta * (1 - delta) / 64)
+    assert numbers["holds"]
+    # Table II's alpha = 0.1 leaves the lemma's regime: the interval misses tau* often.
+    assert numbers["constant_alpha_0.1"]["coverage_all_clients"] < 0.5
+    assert numbers["constant_alpha_0.1"]["missed_pairs_fraction"] > 0.2

@@ -24,6 +24,8 @@ from __future__ import annotations
 import functools
 import os
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 import bandits
@@ -308,30 +310,8 @@ def thm3_regret(options: Options) -> dict:
     rounds, trials = options.num_rounds or 20000, options.num_trials or 200
     const = thm3_constants()
     n = len(THM3_COEFFICIENTS)
-    env = envs.exchange_time(
-        n,
-        1,
-        availability=1.0,
-        fairness_rate=THM3_FAIRNESS_RATE,
-        model_size_mb=THM3_MODEL_SIZE_MB,
-        bandwidth_mhz=THM3_BANDWIDTH_MHZ,
-        cpu_ratio=THM3_CPU_RATIO,
-        cold_start="cold_start" if options.setting == "calibrated" else "participated",
-        coefficients=np.asarray(THM3_COEFFICIENTS, np.float32),
-    )
-    theory = dict(
-        fairness_rate=THM3_FAIRNESS_RATE,
-        ridge=THM3_RIDGE,
-        exploration_schedule="theory",
-        confidence=THM3_CONFIDENCE,
-        noise_scale=const["R"],
-        coefficient_bound=const["S"],
-        context_bound=const["L"],
-        clip_at_zero=options.setting == "calibrated",
-    )
-    policies = {
-        _rbcs(v): bandits.rbcs_f(n, 1, penalty_weight=v, **theory) for v in THM3_PENALTY_WEIGHTS
-    }
+    env = _thm3_env(options.setting)
+    policies = {_rbcs(v): _thm3_policy(options.setting, v) for v in THM3_PENALTY_WEIGHTS}
     res = fedjax_sel.simulate(policies, env, rounds, trials, seed=options.seed, progress=None)
     t = np.arange(1, rounds + 1)
     common = dict(
@@ -374,6 +354,162 @@ def thm3_regret(options: Options) -> dict:
     return numbers
 
 
+def _thm3_env(setting: str) -> fedjax_sel.Env:
+    """The small instance of Theorem 3 and Lemma 1 (constants above)."""
+    return envs.exchange_time(
+        len(THM3_COEFFICIENTS),
+        1,
+        availability=1.0,
+        fairness_rate=THM3_FAIRNESS_RATE,
+        model_size_mb=THM3_MODEL_SIZE_MB,
+        bandwidth_mhz=THM3_BANDWIDTH_MHZ,
+        cpu_ratio=THM3_CPU_RATIO,
+        cold_start="cold_start" if setting == "calibrated" else "participated",
+        coefficients=np.asarray(THM3_COEFFICIENTS, np.float32),
+    )
+
+
+def _thm3_policy(setting: str, penalty_weight: float, **exploration) -> fedjax_sel.Selector:
+    """RBCS-F(V) on the small instance, with Lemma 1's alpha_t unless told otherwise."""
+    const = thm3_constants()
+    options = dict(
+        exploration_schedule="theory",
+        confidence=THM3_CONFIDENCE,
+        noise_scale=const["R"],
+        coefficient_bound=const["S"],
+        context_bound=const["L"],
+    )
+    options.update(exploration)
+    return bandits.rbcs_f(
+        len(THM3_COEFFICIENTS),
+        1,
+        penalty_weight=penalty_weight,
+        fairness_rate=THM3_FAIRNESS_RATE,
+        ridge=THM3_RIDGE,
+        clip_at_zero=setting == "calibrated",
+        **options,
+    )
+
+
+def confidence_coverage(
+    env: fedjax_sel.Env,
+    selector: fedjax_sel.Selector,
+    exploration,
+    clip_at_zero: bool,
+    num_rounds: int,
+    num_trials: int,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    r"""How often Lemma 1's event (eq. 20) holds for `selector`'s ridge statistics:
+
+    .. math:: 0 \le \tau^*_{t,n} - \bar\tau_{t,n} \le 2\alpha_t \|c_{t,n}\|_{H_{t-1,n}^{-1}},
+
+    with :math:`\tau^*_{t,n} = c_{t,n}^\top\theta^*_n` from the environment's state
+    (`coefficients`) and :math:`\bar\tau` of eq. 19 (`bandits.lower_confidence_bound`).
+    One program over `num_trials` trials (`lax.scan` over rounds, `vmap` over trials).
+
+    Args:
+      env: an `envs.exchange_time` environment.
+      selector: an `bandits.rbcs_f` selector (its state holds H^{-1} and b).
+      exploration: `t -> alpha_t`, traceable.
+      clip_at_zero: eq. (19)'s clip, as the selector applies it.
+
+    Returns:
+      "covered": bool[M, N], whether the event held for client n in every round t <= T
+      of trial m; "misses": f32[M], the number of (t, n) in which it failed.
+    """
+
+    def trial(key):
+        reset_key, init_key, env_key, policy_key = jax.random.split(key, 4)
+        env_state = env.reset(reset_key)
+
+        def body(carry, t):
+            state, env_state, covered, misses = carry
+            obs_key, step_key = jax.random.split(jax.random.fold_in(env_key, t))
+            inp = env.observe(env_state, t, obs_key)
+            alpha = exploration(t)
+            truth = jnp.sum(inp.context * env_state.coefficients, axis=1)
+            estimate = bandits.lower_confidence_bound(state, inp.context, 0.0, False)
+            lower = bandits.lower_confidence_bound(state, inp.context, alpha, clip_at_zero)
+            # alpha_t ||c||_{H^-1} = the unclipped estimate minus the unclipped bound.
+            width = estimate - bandits.lower_confidence_bound(state, inp.context, alpha, False)
+            ok = (truth - lower >= 0) & (truth - lower <= 2 * width)
+            decision, state = selector.select(state, inp, jax.random.fold_in(policy_key, t))
+            feedback, env_state, _ = env.step(env_state, inp, decision, step_key)
+            state = selector.update(state, decision, feedback)
+            return (state, env_state, covered & ok, misses + jnp.sum(~ok)), None
+
+        n = env.num_clients
+        start = (selector.init(init_key), env_state, jnp.ones((n,), bool), jnp.float32(0.0))
+        rounds = jnp.arange(1, num_rounds + 1, dtype=jnp.int32)
+        (_, _, covered, misses), _ = jax.lax.scan(body, start, rounds)
+        return covered, misses
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_trials)
+    covered, misses = jax.jit(jax.vmap(trial))(keys)
+    return {"covered": np.asarray(covered), "misses": np.asarray(misses)}
+
+
+def lemma1_coverage(options: Options) -> dict:
+    """Lemma 1: the confidence interval of eq. (20) covers tau* in every round, for every
+    client, with probability at least 1 - delta (delta = 0.05), on the small instance of
+    `thm3_regret` (RBCS-F(10) selecting). The lemma's alpha_t is about 3.7 at T = 2000; Table II's
+    constant alpha = 0.1 is run beside it for contrast (spec §6.2 (c)).
+    """
+    rounds, trials = options.num_rounds or 2000, options.num_trials or 200
+    const = thm3_constants()
+    clip = options.setting == "calibrated"
+    env = _thm3_env(options.setting)
+    theory = functools.partial(
+        bandits.theory_exploration,
+        context_dim=3,
+        ridge=THM3_RIDGE,
+        confidence=THM3_CONFIDENCE,
+        noise_scale=const["R"],
+        coefficient_bound=const["S"],
+        context_bound=const["L"],
+    )
+    runs = {
+        "lemma1_alpha": (_thm3_policy(options.setting, 10), theory),
+        "constant_alpha_0.1": (
+            _thm3_policy(options.setting, 10, exploration_schedule="constant", exploration=0.1),
+            lambda t: jnp.float32(0.1),
+        ),
+    }
+    numbers = {
+        "num_rounds": rounds,
+        "num_trials": trials,
+        "confidence_delta": THM3_CONFIDENCE,
+        "constants": const,
+        "alpha_T": float(theory(rounds)),
+        "table": [],
+    }
+    half = 1.96 * np.sqrt(THM3_CONFIDENCE * (1 - THM3_CONFIDENCE) / trials)
+    for name, (selector, exploration) in runs.items():
+        out = confidence_coverage(env, selector, exploration, clip, rounds, trials, options.seed)
+        all_clients = float(out["covered"].all(axis=1).mean())
+        numbers[name] = {
+            "coverage_all_clients": all_clients,
+            "coverage_per_client": float(out["covered"].mean()),
+            "missed_pairs_fraction": float(out["misses"].mean() / (rounds * env.num_clients)),
+        }
+        numbers["table"].append(
+            [f"P(eq. 20 for all t, n), {name}", 1 - THM3_CONFIDENCE, all_clients, None]
+        )
+    fig, ax = pyplot().subplots(figsize=(5, 3.5))
+    ax.bar(list(runs), [numbers[r]["coverage_all_clients"] for r in runs])
+    ax.axhline(1 - THM3_CONFIDENCE, color="k", ls="--", label="1 - delta")
+    ax.set_ylabel(f"trials covered in all {rounds} rounds")
+    ax.set_title(f"Lemma 1 ({options.setting}, {trials} trials)")
+    ax.legend()
+    numbers["png"] = _save(fig, options, "lemma1")
+    # Coverage at least 1 - delta, less 1.96 standard errors of a binomial at 1 - delta.
+    numbers["holds"] = bool(
+        numbers["lemma1_alpha"]["coverage_all_clients"] >= 1 - THM3_CONFIDENCE - half
+    )
+    return numbers
+
+
 FIGURES = {
     "2": Figure(
         claim=(
@@ -402,5 +538,13 @@ FIGURES = {
             "N(1 + beta^2)/(2V) + zeta_T sqrt(6 log(1 + T L^2/(3 lambda)) / T) (Theorem 3, eq. 24)."
         ),
         run=thm3_regret,
+    ),
+    "lemma1": Figure(
+        claim=(
+            "With alpha_t = R sqrt(3 log((1 + t L^2/lambda)/delta)) + lambda^{1/2} S, "
+            "0 <= tau* - tau_bar <= 2 alpha_t ||c||_{H^-1} holds for every round and client with "
+            "probability at least 1 - delta (Lemma 1, eq. 20)."
+        ),
+        run=lemma1_coverage,
     ),
 }
