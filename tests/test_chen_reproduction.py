@@ -67,4 +67,5 @@ def test_flagfiles_name_a_figure_and_setting(name):
     figure = reproductions.figures("chen")[lines["figure"]]
     assert lines["setting"] in figure.settings
     assert name == f"chen_fig{lines['figure']}_{lines['setting']}.cfg"
-    assert int(lines["num_rounds"]) == 2000 and int(lines["num_trials"]) >= 100
+    if lines["figure"] in ("4", "7"):  # the delay figures; thm1 runs to where (28) bites
+        assert int(lines["num_rounds"]) == 2000 and int(lines["num_trials"]) >= 100

@@ -4,19 +4,24 @@ Settings (spec §5): "literal" uses the deadline tau_max = 5 s of §V.A, "calibr
 spec's 0.5 s, everything else equal. Gaps are in seconds, Theta(t) = tau_max Sigma(t)
 with the pseudo-regret Sigma: against mu(S*) (the N clients of largest mu) in the ideal
 scenario (eq. 14), against r* of LP 23 in the non-ideal one (eq. 25).
+
+Theorems 3 and 4 (figures "thm3", "thm4") are checked on an abstract two-client
+Bernoulli instance instead, where their bounds are not vacuous (`run_thm3`).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 
+import jax.numpy as jnp
 import numpy as np
 
 import bandits
 import fedjax_sel
 from experiments.reproductions import Figure, Options
-from fedjax_sel import fairness_lp
+from fedjax_sel import envs, fairness_lp
 from fedjax_sel.envs import wireless_latency
 from fedjax_sel.envs.wireless_latency import PRESETS
 from fedjax_sel.plot import plot, pyplot, save
@@ -318,6 +323,220 @@ def run_fig7(
     }
 
 
+# Theorems 3 and 4 (CS-UCB-Q) on a two-client Bernoulli instance, beta = 1/sqrt(T).
+THEOREM_MEANS = (0.9, 0.1)
+THEOREM_FAIRNESS = (0.2, 0.3)
+
+
+def omega(fairness) -> float:
+    """Omega = sum_k max{c_k^2, (1 - c_k)^2} of Theorem 4 (eq. 29) and eq. (53)."""
+    c = np.asarray(fairness, np.float64)
+    return float(np.sum(np.maximum(c**2, (1.0 - c) ** 2)))
+
+
+def regret_bound_29(num_rounds: int, num_clients: int, num_selected: int, fairness, beta) -> float:
+    r"""Theorem 4, eq. (29): the bound on the non-ideal regret Sigma^{pi_2}(T) (eq. 25),
+
+    .. math:: \beta \Omega T / 2 + (1 - \beta)[(\pi^2/3 + 1) K + 4 \sqrt{2 K N T \ln T}].
+
+    With beta = 1/sqrt(T) its first term is eq. (30)'s Omega sqrt(T) / 2.
+    """
+    t, k, n = float(num_rounds), float(num_clients), float(num_selected)
+    learning = (np.pi**2 / 3 + 1) * k + 4 * np.sqrt(2 * k * n * t * np.log(t))
+    return float(beta * omega(fairness) * t / 2 + (1 - beta) * learning)
+
+
+def fairness_margin(fairness, num_selected: int, availability) -> float:
+    r"""The largest epsilon with c + epsilon 1 in the maximal feasibility region (Theorem 3).
+
+    An A-only policy serves each available pattern e with cohorts of min{N, |e|}
+    clients, the bases of a uniform matroid truncated to e; their rates form the
+    polymatroid :math:`\sum_{k \in U} x_k \le E[\min\{N, |A \cap U|\}]` for every set U of
+    clients, so epsilon = min over U of (E[min{N, |A cap U|}] - sum_U c_k) / |U|, by
+    enumeration (independent availability alpha_k, K <= `fairness_lp.MAX_EXACT_CLIENTS`).
+    """
+    c = np.asarray(fairness, np.float64)
+    alpha = np.broadcast_to(np.asarray(availability, np.float64), c.shape)
+    patterns = np.array(list(itertools.product((0, 1), repeat=c.size)), bool)
+    prob = np.prod(np.where(patterns, alpha, 1.0 - alpha), axis=1)
+    margins = [
+        (prob @ np.minimum(num_selected, patterns[:, u].sum(1)) - c[u].sum()) / u.sum()
+        for u in patterns[1:]
+    ]
+    return float(min(margins))
+
+
+def queue_bound_59(fairness, num_selected: int, availability, beta: float) -> dict:
+    r"""Theorem 3's strong-stability bound, eqs. (58)-(59), at finite T.
+
+    Summing the drift (58) over t = 1..T from L(D(1)) = 0 gives, for every T,
+
+    .. math:: E[L(D(T+1))] + \epsilon \sum_{t \le T} E[\textstyle\sum_k D_k(t)] \le \Xi T,
+       \qquad \Xi = \Omega/2 + (1 - \beta) N / \beta,
+
+    so the time-average total backlog is at most Xi/epsilon (eq. 59, summed over k), and
+    E[D_k(T+1)] <= sqrt(2 E[L(D(T+1))]) <= sqrt(2 Xi T). As D_k(T+1) >= c_k T - sum_t
+    b_k(t) (eq. 27 without the clip), the fairness violation is at most
+    c_k - E[F_k(T)] <= sqrt(2 Xi / T).
+
+    Returns:
+      {"xi", "epsilon", "mean_backlog_bound": Xi/epsilon, "violation_bound": callable
+      of T}; epsilon from `fairness_margin`.
+    """
+    xi = omega(fairness) / 2 + (1 - beta) * num_selected / beta
+    eps = fairness_margin(fairness, num_selected, availability)
+    if not eps > 0:
+        raise ValueError(f"fairness must be strictly inside the feasibility region, margin {eps}.")
+    return {"xi": xi, "epsilon": eps, "mean_backlog_bound": xi / eps}
+
+
+def _with_fairness_queues(env: fedjax_sel.Env, fairness) -> fedjax_sel.Env:
+    """`env` that also keeps eq. (27)'s virtual queues of the selections,
+    D_k(t+1) = max{D_k(t) + c_k - b_k(t), 0} from D(1) = 0 (a function of the decisions
+    alone, the same for every policy), and reports each D_k(t+1) and their sum as extras."""
+    c = jnp.asarray(fairness, jnp.float32)
+
+    def reset(key, params=None):
+        return env.reset(key, params), jnp.zeros_like(c)
+
+    def observe(state, t, key, params=None):
+        return env.observe(state[0], t, key, params)
+
+    def step(state, round_input, decision, key, params=None):
+        feedback, inner, stats = env.step(state[0], round_input, decision, key, params)
+        queue = jnp.maximum(state[1] + c - decision.selected.astype(jnp.float32), 0.0)
+        extras = {f"queue/{k}": queue[k] for k in range(c.size)}
+        extras["queue_sum"] = jnp.sum(queue)
+        return feedback, (inner, queue), stats._replace(extras={**(stats.extras or {}), **extras})
+
+    def oracle(state, round_input, params=None):
+        return env.oracle(state[0], round_input, params)
+
+    return env._replace(reset=reset, observe=observe, step=step, oracle=oracle)
+
+
+@functools.lru_cache(maxsize=2)
+def _theorem_run(rounds: int, trials: int, seed: int):
+    """CS-UCB-Q with beta = 1/sqrt(T) on `THEOREM_MEANS` (K = 2, N = 1, always available)."""
+    k, n = len(THEOREM_MEANS), 1
+    beta = 1.0 / np.sqrt(rounds)
+    env = _with_fairness_queues(envs.bernoulli(k, n, means=THEOREM_MEANS), THEOREM_FAIRNESS)
+    policy = bandits.cs_ucb_q(k, n, THEOREM_FAIRNESS, beta=float(beta))
+    res = fedjax_sel.simulate(policy, env, rounds, trials, seed=seed, progress=None)
+    return res, beta
+
+
+def _theorem_defaults(options: Options) -> tuple[int, int]:
+    return options.num_rounds or 20000, options.num_trials or 200
+
+
+def run_thm3(options: Options) -> dict:
+    """Theorem 3: CS-UCB-Q's backlog and fairness violation under the bounds of eq. (59).
+
+    K = 2 always-available Bernoulli clients (mu = 0.9, 0.1), N = 1, c = (0.2, 0.3),
+    beta = 1/sqrt(T). The margin is epsilon = (1 - 0.5)/2 = 0.25, so Xi/epsilon is about
+    4 sqrt(T), below the trivial time-average backlog sum_k c_k (T - 1)/2 once T > 64.
+    """
+    rounds, trials = _theorem_defaults(options)
+    res, beta = _theorem_run(rounds, trials, options.seed)
+    bound = queue_bound_59(THEOREM_FAIRNESS, 1, 1.0, beta)
+    queue_sum, queue_half = res.curve("policy", "extra/queue_sum")
+    # extra/queue_sum at round t is sum_k D_k(t + 1); D(1) = 0.
+    backlog = float(queue_sum[:-1].sum() / rounds)
+    backlog_half = float(queue_half[:-1].sum() / rounds)  # at least the half-width of the mean
+    c = np.asarray(THEOREM_FAIRNESS)
+    fraction = res.selection_fraction["policy"]
+    violation = np.maximum(c - fraction, 0.0)
+    violation_bound = float(np.sqrt(2 * bound["xi"] / rounds))
+    final_queue = [float(res.curve("policy", f"extra/queue/{k}")[0][-1]) for k in range(c.size)]
+    trivial = float(c.sum() * (rounds - 1) / 2)
+    t = np.arange(1, rounds + 1)
+    fig, ax = pyplot().subplots(figsize=(6, 4))
+    ax.plot(t[1:], queue_sum[:-1], label="E[sum_k D_k(t)]")
+    ax.plot(t[1:], np.cumsum(queue_sum[:-1]) / t[1:], label="time average")
+    ax.axhline(bound["mean_backlog_bound"], color="k", ls="--", label="Xi/epsilon (59)")
+    ax.set_xlabel("round t")
+    ax.set_ylabel("backlog")
+    ax.set_title(f"Theorem 3, beta = 1/sqrt({rounds}), {trials} trials")
+    ax.legend(fontsize=8)
+    holds_backlog = backlog + backlog_half <= bound["mean_backlog_bound"]
+    holds_violation = bool(np.all(violation <= violation_bound))
+    return {
+        "num_rounds": rounds,
+        "num_trials": trials,
+        "beta": beta,
+        "means": list(THEOREM_MEANS),
+        "fairness": list(THEOREM_FAIRNESS),
+        "xi": bound["xi"],
+        "epsilon": bound["epsilon"],
+        "table": [
+            ["time-average sum_k D_k(t)", bound["mean_backlog_bound"], backlog, backlog_half],
+            ["max_k (c_k - F_k(T))^+", violation_bound, float(violation.max()), None],
+        ],
+        "mean_backlog": backlog,
+        "mean_backlog_ci95": backlog_half,
+        "mean_backlog_bound": bound["mean_backlog_bound"],
+        "trivial_mean_backlog": trivial,
+        "selection_fraction": fraction.tolist(),
+        "violation": violation.tolist(),
+        "violation_bound": violation_bound,
+        "final_queue": final_queue,
+        "final_queue_bound": float(np.sqrt(2 * bound["xi"] * rounds)),
+        "figure_path": _save(fig, options, "thm3"),
+        "holds_backlog": bool(holds_backlog),
+        "holds_violation": holds_violation,
+        "holds": bool(holds_backlog and holds_violation),
+    }
+
+
+def run_thm4(options: Options) -> dict:
+    """Theorem 4: CS-UCB-Q's regret against r* (eq. 25) under eq. (29), beta = 1/sqrt(T).
+
+    The instance of `run_thm3`. r* = 0.7 * 0.9 + 0.3 * 0.1 = 0.66 (client 2 at its
+    target), and no round loses more than r* - 0.1 = 0.56, so the trivial bound is
+    0.56 T; eq. (29) is about 8 sqrt(T ln T) + 8.6 + 0.57 sqrt(T), below it from
+    T = 2000 (0.90 of it) and a third of it at T = 20000.
+    """
+    rounds, trials = _theorem_defaults(options)
+    res, beta = _theorem_run(rounds, trials, options.seed)
+    mu = np.asarray(THEOREM_MEANS, np.float64)
+    r_star = fairness_lp.optimal_fair_value(mu, THEOREM_FAIRNESS, 1, 1.0)
+    t = np.arange(1, rounds + 1)
+    # The environment's regret is against the best client, mu_max, every round.
+    shift = mu.max() - r_star
+    regret = res.curve("policy", "cumulative_regret")[0] - shift * t
+    final, half = res.final("policy", "cumulative_regret")
+    final -= shift * rounds
+    bound = np.array([regret_bound_29(s, 2, 1, THEOREM_FAIRNESS, beta) for s in t])
+    trivial = float((r_star - mu.min()) * rounds)
+    fig, ax = pyplot().subplots(figsize=(6, 4))
+    ax.plot(t, regret, label="Sigma(t), CS-UCB-Q")
+    ax.plot(t, bound, "k--", label="bound (29)")
+    ax.set_xscale("log")
+    ax.set_xlabel("round t")
+    ax.set_ylabel("regret against r*")
+    ax.set_title(f"Theorem 4, beta = 1/sqrt({rounds}), {trials} trials")
+    ax.legend(fontsize=8)
+    holds = bool(final + half <= bound[-1] and np.all(regret[1:] <= bound[1:]))
+    return {
+        "num_rounds": rounds,
+        "num_trials": trials,
+        "beta": beta,
+        "means": mu.tolist(),
+        "fairness": list(THEOREM_FAIRNESS),
+        "r_star": r_star,
+        "omega": omega(THEOREM_FAIRNESS),
+        "table": [["Sigma(T)", float(bound[-1]), final, half]],
+        "regret": final,
+        "regret_ci95": half,
+        "bound_29": float(bound[-1]),
+        "trivial_bound": trivial,
+        "selection_fraction": res.selection_fraction["policy"].tolist(),
+        "figure_path": _save(fig, options, "thm4"),
+        "holds": holds,
+    }
+
+
 FIGURES = {
     "1": Figure(
         "CS-UCB has a smaller cumulative performance gap than random and round-robin "
@@ -339,4 +558,16 @@ FIGURES = {
         run_fig5,
     ),
     "7": Figure("A larger fairness scale rho gives a larger cumulative latency.", run_fig7),
+    "thm3": Figure(
+        "With beta = 1/sqrt(T), CS-UCB-Q's time-average backlog is at most Xi/epsilon and "
+        "its fairness violation at most sqrt(2 Xi / T) (Theorem 3, eqs. 58-59).",
+        run_thm3,
+        settings=("calibrated",),
+    ),
+    "thm4": Figure(
+        "With beta = 1/sqrt(T), CS-UCB-Q's regret against r* is at most eq. (29)'s bound "
+        "(Theorem 4).",
+        run_thm4,
+        settings=("calibrated",),
+    ),
 }
