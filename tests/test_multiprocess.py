@@ -241,3 +241,28 @@ def test_agree_raises_everywhere_when_one_process_fails():
     with pytest.raises(ValueError, match="process 1 of this jax.distributed job refused"):
         group(0, errors).agree(errors[0])
     group(0, [None, None]).agree(None)
+
+
+def _group_seeing(other_row):
+    """Process 0 of two, the other process sending `other_row(own_row)`."""
+    gather = lambda row: np.stack([row, other_row(np.asarray(row))])
+    return processes.Group(0, 2, gather, lambda name: None)
+
+
+@pytest.mark.parametrize("devices", [(2, 4), (3, 3), (6, 6)])
+def test_device_counts_that_are_unequal_or_not_powers_of_two_are_refused(devices):
+    def other(row):
+        row = row.copy()
+        row[-1] = devices[1]
+        return row
+
+    with pytest.raises(ValueError, match=rf"the processes have \[{devices[0]}, {devices[1]}\]"):
+        _group_seeing(other).check_same_run("run", devices[0])
+
+
+def test_a_hash_that_differs_is_refused_and_equal_ones_pass():
+    _group_seeing(lambda row: row).check_same_run("run", 4)
+    with pytest.raises(ValueError, match=r"other arguments on processes \[1\]"):
+        _group_seeing(lambda row: np.where(np.arange(row.size) == 0, row + 1, row)).check_same_run(
+            "run", 4
+        )
