@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+# Replaces the test session's flags: the runner's programs compile at XLA's default level.
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 os.environ["JAX_PLATFORMS"] = "cpu"
 

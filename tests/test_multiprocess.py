@@ -14,7 +14,7 @@ import pytest
 
 import bandits
 import fedjax_sel
-from fedjax_sel import envs
+from fedjax_sel import envs, runner
 from fedjax_sel.runner import checkpoints, processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,11 +96,16 @@ def _killed(tmp_path, name, kill, run=None):
 
 @pytest.fixture(scope="module")
 def one_process():
+    """The run in this process, compiled as the workers compile it: at XLA's default
+    level (conftest's `optimized`), since the workers' XLA_FLAGS set none."""
     n, k = RUN["num_clients"], RUN["num_selected"]
     run = {key: v for key, v in RUN.items() if key not in ("num_clients", "num_selected")}
     policies = {name: bandits.make(name, n, k) for name in run.pop("policies")}
     env = envs.bernoulli(n, k, availability=0.8)
-    return fedjax_sel.simulate(policies, env, progress=None, **run)
+    options = {**runner.COMPILER_OPTIONS.get("cpu", {}), "xla_backend_optimization_level": 3}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(runner.COMPILER_OPTIONS, "cpu", options)
+        return fedjax_sel.simulate(policies, env, progress=None, **run)
 
 
 def _assert_bit_identical(results, reference):
