@@ -38,7 +38,7 @@ PRINTS = {
     "qu.ipynb": ("Qu et al., Fig. 3, calibrated setting", "utility per round, cocs"),
     "tong.ipynb": ("Tong et al., Fig. 9 (FL&DA), literal setting", "86.28%", "72.02%"),
 }
-TABLE = ("paper's claim", "ours, full setting (docs)", "ours, this run (small setting")
+TABLE = ("paper's claim", "ours, full setting (docs: ", "ours, this run (small setting: ")
 
 
 def _read(name):
