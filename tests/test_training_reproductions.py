@@ -203,7 +203,7 @@ def _chen_checks(numbers, rounds):
 def test_chen_fig5_learns_faster_in_time_with_the_delay_learning_scheduler(tmp_path):
     # 30 rounds x 2 trials on the digits: the proposed scheduler's time to the accuracy and
     # loss targets is below epsilon-greedy's and random's (at 150 rounds x 4 trials, the
-    # flagfile's, by 20% and more; docs/reproductions/chen.md).
+    # flagfile's, by 19% and more; docs/reproductions/chen.md).
     options = Options("calibrated", str(tmp_path), num_trials=2, num_rounds=30)
     numbers = reproduce("chen_training", "5", options)
     _chen_checks(numbers, 30)
