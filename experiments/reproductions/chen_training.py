@@ -15,7 +15,7 @@ contexts, tau_max = 5 s) drives the training environment (`delay_env`): it suppl
 contexts, the clients' delays and the time axis, while the selected clients train. The
 amount of local data D_k(t) ~ U{1..D_k} of round t is both a context and what a
 scheduled client trains on (`local_data="delay_env"`): one local epoch of minibatch SGD
-(batch 64, plain SGD, lambda = 0.05 for MNIST and 0.02 for CIFAR-10) on a uniformly
+(batch 64, plain SGD, lambda = 0.05 for MNIST and 0.02 for CIFAR-10; `Setting`) on a uniformly
 random D_k(t) of its D_k examples, the same D_k(t) that sets its computation delay
 s_k D_k(t) / (phi eta_k(t)) (eq. 11, spec A5-A6). D_k is the clients' shard (the smallest
 one, so that every D_k(t) exists), and D_k(t) also weighs the client in the per-server
@@ -29,10 +29,10 @@ the 18 clients: for Fig. 5, scikit-learn's 8x8 digits (79-80 training images per
 with the paper's MLP with 128 hidden units (`models` "mlp_128", 64-128-10 on these
 images); for Fig. 6, Gaussian-mixture images of 16x16x3 (`data` "gaussian_mixture",
 noise 1.5, 40 per client, 300 test images; minibatches of 4, `STAND_INS`) with the
-paper's CNN (`models` "cnn_cifar10_small": two 5x5
-convolutions of 16 and 20 channels, 596 hidden units; 313,802 parameters on 32x32x3).
-Smaller shards mean smaller D_k(t), so the stand-ins' delays (and time axes) are about
-40 (digits) to 80 (mixture) times shorter than the paper's. `--dataset` names the
+paper's CNN (`models` "cnn_cifar10_small": two 5x5 convolutions of 16 and 20 channels,
+596 hidden units; 313,802 parameters on 32x32x3). Smaller shards mean smaller D_k(t),
+so the stand-ins' computation delays (and time axes) are about 40 (digits) and 70
+(mixture) times shorter than the paper's. `--dataset` names the
 paper's prepared tfds dataset instead (`mnist` or `fashion_mnist` for Fig. 5, `cifar10`
 for Fig. 6, read from `--data_dir`), 3333 or 2777 training images per client as in the
 paper, with `PAPER`'s local training (and its 2000 rounds and 3 trials unless
