@@ -33,7 +33,9 @@ Two departures from the printed design, both from the implementation spec:
   `dfl_ccmab_literal`) is the paper's literal design.
 
 Clients are laid out as in `fedjax_sel.envs.dfl_delay`: client k belongs to server
-`k // (K / S)`. The policy observes the capped delays `Feedback.latency` of its
+`k // (K / S)`, or, with `cell_sizes`, server s holds the K_s clients after the first
+K_1 + ... + K_{s-1} (cells as rows of a padded array; a cell smaller than N schedules
+all its clients). The policy observes the capped delays `Feedback.latency` of its
 scheduled clients (semi-bandit feedback, Sec. 5.1).
 """
 
@@ -43,8 +45,8 @@ import math
 from typing import NamedTuple
 
 import chex
+import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
@@ -128,6 +130,7 @@ def dfl_ccmab(
     context_dim: int = 2,
     exploration_scale: float = 0.01,
     grid: int | None = None,
+    cell_sizes: tuple[int, ...] | None = None,
 ) -> Selector:
     """CC-MAB delay estimation and scheduling, run independently by every edge server.
 
@@ -136,8 +139,9 @@ def dfl_ccmab(
     `jax.experimental.checkify.checkify` (`validation.check_feedback`).
 
     Args:
-      num_clients: K, a multiple of `num_servers`.
-      num_selected: N, clients scheduled per server, 1 <= N <= K / S.
+      num_clients: K, a multiple of `num_servers` unless `cell_sizes` is given.
+      num_selected: N, clients scheduled per server, 1 <= N <= K / S (or the largest
+        cell).
       num_servers: S >= 1.
       horizon: T >= 1, the number of rounds that sets G_T.
       alpha: Hoelder exponent of Assumption 2 (21), > 0; the paper gives no value,
@@ -146,21 +150,19 @@ def dfl_ccmab(
       exploration_scale: c_E > 0 in E(t) = max(1, c_E t^z ln t); 1 is the literal
         design (see the module docstring).
       grid: G >= 1 parts per context dimension; None for G_T.
+      cell_sizes: K_s of each cell, S integers >= 1 summing to K; None for equal cells.
 
     Returns:
       A `Selector` whose state is a `CCMABState` and whose decisions carry each
       scheduled client's server in `assignment`.
     """
-    k_total = validation.positive_int("num_clients", num_clients)
-    k_cell = validation.group_size(k_total, num_servers)
-    s = k_total // k_cell
-    n = validation.int_in_range("num_selected (clients per server)", num_selected, 1, k_cell)
+    s, n, sizes, server = validation.cells(num_clients, num_servers, num_selected, cell_sizes)
+    k_total = server.size
     alpha = validation.positive_float("alpha", alpha)
     d = validation.positive_int("context_dim", context_dim)
     scale = validation.positive_float("exploration_scale", exploration_scale)
     g = grid_size(horizon, alpha, d) if grid is None else validation.positive_int("grid", grid)
     num_cells = g**d
-    server = np.arange(k_total) // k_cell
 
     def init(key):
         del key
@@ -181,8 +183,8 @@ def dfl_ccmab(
         # Under-explored clients tie at +inf: all of them when they fit, else N at random;
         # free slots go to the smallest estimated delays, solving (17).
         score = jnp.where(under, jnp.inf, -estimate)
-        selected = ops.grouped_masked_top_k(score, inp.available, n, key, s)
-        exploring = jnp.any(under.reshape(s, k_cell), axis=1)
+        selected = ops.grouped_masked_top_k(score, inp.available, n, key, s, sizes)
+        exploring = jax.ops.segment_max(under, server, num_segments=s)
         state = state._replace(
             grid_cell=cell,
             exploration_rounds=state.exploration_rounds + exploring.astype(jnp.float32),

@@ -1,47 +1,45 @@
 """Per-edge-server baselines: every server schedules N clients of its own cell.
 
 The random and epsilon-greedy baselines of Chen, Zhang, Wang and Wang (Entropy 2025,
-Sec. 7.1). Clients are laid out in equal contiguous cells, client k belonging to server
-`k // (K / S)`, as in `fedjax_sel.envs.dfl_delay`; decisions carry each scheduled
-client's server in `assignment`. The paper's "Optimal client selection" is the
-environment's oracle, played by `bandits.oracle`.
+Sec. 7.1). Clients are laid out in contiguous cells as in `fedjax_sel.envs.dfl_delay`:
+equal, client k belonging to server `k // (K / S)`, or of the sizes `cell_sizes`;
+decisions carry each scheduled client's server in `assignment`. The paper's "Optimal
+client selection" is the environment's oracle, played by `bandits.oracle`.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from bandits import arm_stats
 from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Selector
 
 
-def _layout(num_clients: int, num_selected: int, num_servers: int) -> tuple[int, int, np.ndarray]:
-    """Validates the cells; returns (S, N, server of each client int[K])."""
-    k_total = validation.positive_int("num_clients", num_clients)
-    k_cell = validation.group_size(k_total, num_servers)
-    n = validation.int_in_range("num_selected (clients per server)", num_selected, 1, k_cell)
-    return k_total // k_cell, n, np.arange(k_total) // k_cell
-
-
-def per_server_random(num_clients: int, num_selected: int, num_servers: int = 3) -> Selector:
+def per_server_random(
+    num_clients: int,
+    num_selected: int,
+    num_servers: int = 3,
+    cell_sizes: tuple[int, ...] | None = None,
+) -> Selector:
     """Each server schedules N available clients of its cell uniformly at random.
 
     Args:
-      num_clients: K, a multiple of `num_servers`.
-      num_selected: N, clients scheduled per server, 1 <= N <= K / S.
+      num_clients: K, a multiple of `num_servers` unless `cell_sizes` is given.
+      num_selected: N, clients scheduled per server, 1 <= N <= K / S (or the largest
+        cell).
       num_servers: S >= 1.
+      cell_sizes: K_s of each cell, S integers >= 1 summing to K; None for equal cells.
     """
-    s, n, server = _layout(num_clients, num_selected, num_servers)
+    s, n, sizes, server = validation.cells(num_clients, num_servers, num_selected, cell_sizes)
 
     def init(key):
         del key
         return ()
 
     def select(state, inp, key):
-        selected = ops.grouped_uniform_subset(inp.available, n, key, s)
+        selected = ops.grouped_uniform_subset(inp.available, n, key, s, sizes)
         return Decision(selected=selected, assignment=jnp.where(selected, server, -1)), state
 
     def update(state, decision, feedback):
@@ -52,7 +50,11 @@ def per_server_random(num_clients: int, num_selected: int, num_servers: int = 3)
 
 
 def per_server_epsilon_greedy(
-    num_clients: int, num_selected: int, num_servers: int = 3, epsilon: float = 0.3
+    num_clients: int,
+    num_selected: int,
+    num_servers: int = 3,
+    epsilon: float = 0.3,
+    cell_sizes: tuple[int, ...] | None = None,
 ) -> Selector:
     """Epsilon-greedy per server over context-free empirical means (Chen et al., Sec. 7.1).
 
@@ -67,15 +69,17 @@ def per_server_epsilon_greedy(
     (`validation.check_feedback`).
 
     Args:
-      num_clients: K, a multiple of `num_servers`.
-      num_selected: N, clients scheduled per server, 1 <= N <= K / S.
+      num_clients: K, a multiple of `num_servers` unless `cell_sizes` is given.
+      num_selected: N, clients scheduled per server, 1 <= N <= K / S (or the largest
+        cell).
       num_servers: S >= 1.
       epsilon: exploration probability in [0, 1].
+      cell_sizes: K_s of each cell, S integers >= 1 summing to K; None for equal cells.
 
     Returns:
       A `Selector` whose state is an `arm_stats.ArmStats`.
     """
-    s, n, server = _layout(num_clients, num_selected, num_servers)
+    s, n, sizes, server = validation.cells(num_clients, num_servers, num_selected, cell_sizes)
     eps = validation.probability("epsilon", epsilon)
     k_total = server.size
 
@@ -86,8 +90,8 @@ def per_server_epsilon_greedy(
     def select(state, inp, key):
         coin_key, explore_key, exploit_key = jax.random.split(key, 3)
         score = jnp.where(state.counts > 0, arm_stats.means(state), jnp.inf)
-        exploit = ops.grouped_masked_top_k(score, inp.available, n, exploit_key, s)
-        explore = ops.grouped_uniform_subset(inp.available, n, explore_key, s)
+        exploit = ops.grouped_masked_top_k(score, inp.available, n, exploit_key, s, sizes)
+        explore = ops.grouped_uniform_subset(inp.available, n, explore_key, s, sizes)
         explores = (jax.random.uniform(coin_key, (s,)) < eps)[server]
         selected = jnp.where(explores, explore, exploit)
         return Decision(selected=selected, assignment=jnp.where(selected, server, -1)), state

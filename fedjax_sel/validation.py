@@ -161,6 +161,41 @@ def group_size(num_clients: int, num_groups, name: str = "num_servers") -> int:
     return num_clients // g
 
 
+def cells(
+    num_clients: int, num_servers, num_selected, cell_sizes=None
+) -> tuple[int, int, tuple[int, ...] | None, np.ndarray]:
+    """Checks a layout of clients in cells, one edge server each, N scheduled per server.
+
+    Equal contiguous cells when `cell_sizes` is None (S must divide K, 1 <= N <= K / S);
+    otherwise cell s holds the `cell_sizes[s]` clients after the first
+    `sum(cell_sizes[:s])`: S positive sizes summing to K, 1 <= N <= the largest (a cell
+    smaller than N schedules all its clients).
+
+    Returns:
+      (S, N, the sizes as a tuple or None, int[K] cell of each client).
+    """
+    k_total = positive_int("num_clients", num_clients)
+    if cell_sizes is None:
+        k_cell = group_size(k_total, num_servers)
+        n = int_in_range("num_selected (clients per server)", num_selected, 1, k_cell)
+        return k_total // k_cell, n, None, np.arange(k_total) // k_cell
+    s = int_in_range("num_servers", num_servers, 1, k_total)
+    sizes = tuple(cell_sizes) if isinstance(cell_sizes, tuple | list) else None
+    if (
+        sizes is None
+        or len(sizes) != s
+        or not all(_is_integer(v) and v >= 1 for v in sizes)
+        or sum(sizes) != k_total
+    ):
+        raise ValueError(
+            f"cell_sizes must be {s} (num_servers) integers >= 1 summing to num_clients="
+            f"{k_total}, got {cell_sizes!r}."
+        )
+    sizes = tuple(int(v) for v in sizes)
+    n = int_in_range("num_selected (clients per server)", num_selected, 1, max(sizes))
+    return s, n, sizes, np.repeat(np.arange(s), sizes)
+
+
 def choice(name: str, value, allowed: tuple[str, ...]) -> str:
     """Returns `value`, or raises if it is not one of `allowed`."""
     if value not in allowed:

@@ -67,5 +67,17 @@ def test_flagfiles_name_a_figure_and_setting(name):
     figure = reproductions.figures("chen")[lines["figure"]]
     assert lines["setting"] in figure.settings
     assert name == f"chen_fig{lines['figure']}_{lines['setting']}.cfg"
-    if lines["figure"] in ("4", "7"):  # the delay figures; thm1 runs to where (28) bites
+    if lines["figure"] in ("4", "4u", "7"):  # the delay figures; thm1 runs to where (28) bites
         assert int(lines["num_rounds"]) == 2000 and int(lines["num_trials"]) >= 100
+
+
+def test_fig4_with_unequal_cells(tmp_path):
+    options = reproductions.Options("calibrated", str(tmp_path), num_trials=8, num_rounds=150)
+    numbers = reproductions.reproduce("chen", "4u", options)
+    assert numbers["cell_sizes"] == [3, 6, 9]
+    delay = numbers["cumulative_delay"]
+    for a, b in zip(chen.ORDER, chen.ORDER[1:], strict=False):
+        assert delay[b]["mean"] - delay[a]["mean"] > delay[a]["ci95"] + delay[b]["ci95"], (a, b)
+    assert numbers["holds"], numbers["regret_growth_exponent"]
+    assert numbers["exploration_fraction"]["proposed_literal"] == 1.0
+    assert os.path.exists(tmp_path / "chen_fig4u_calibrated.png")

@@ -9,6 +9,7 @@ import pytest
 
 import bandits
 from bandits.dfl_ccmab import dfl_ccmab, exploration_threshold, grid_index, grid_size
+from fedjax_sel import envs
 from fedjax_sel.types import Feedback, RoundInput
 
 
@@ -168,3 +169,85 @@ def test_baselines_bad_input(factory):
         factory(18, 7)
     with pytest.raises(ValueError, match="num_servers"):
         factory(18, 2, num_servers=5)
+
+
+def _plain_select(counts, means, threshold, sizes, n):
+    """Per cell, in a loop (Sec. 5.2): the chosen set when it is determined, else the
+    under-explored clients N of which are drawn at random."""
+    out, start = [], 0
+    for size in sizes:
+        cell = list(range(start, start + size))
+        under = [k for k in cell if counts[k] < threshold]
+        rest = sorted((k for k in cell if k not in under), key=lambda k: means[k])
+        if len(under) > n:
+            out.append(("random", set(under)))
+        else:
+            out.append(("fixed", set(under) | set(rest[: min(n, size) - len(under)])))
+        start += size
+    return out
+
+
+def test_unequal_cells_match_a_plain_loop_over_cells():
+    # Cells of 3, 5, 1 and 3 clients, N = 2, t = 10 (E = 5.78): cell 0 exploits, cell 1
+    # has three under-explored clients, cell 2 is smaller than N, cell 3 has one.
+    sizes, n = (3, 5, 1, 3), 2
+    counts = np.array([9, 9, 9, 0, 9, 2, 9, 4, 9, 9, 1, 9], np.float32)
+    means = np.array([0.5, 0.2, 0.9, 0.1, 0.3, 0.7, 0.4, 0.6, 0.8, 0.15, 0.25, 0.05], np.float32)
+    cells = np.arange(12) % 4
+    sel = dfl_ccmab(12, n, num_servers=4, grid=2, exploration_scale=1.0, cell_sizes=sizes)
+    state = sel.init(jax.random.PRNGKey(0))
+    table = np.zeros((12, 4), np.float32)
+    table[np.arange(12), cells] = 1.0
+    state = state._replace(
+        counts=jnp.asarray(table * counts[:, None]),
+        sums=jnp.asarray(table * (counts * means)[:, None]),
+    )
+    inp = RoundInput(t=jnp.int32(10), available=jnp.ones(12, bool), context=_contexts_for(cells, 2))
+    expected = _plain_select(counts, means, float(exploration_threshold(10)), sizes, n)
+    server = np.repeat(np.arange(4), sizes)
+    select = jax.jit(sel.select)
+    for seed in range(50):
+        decision, new_state = select(state, inp, jax.random.PRNGKey(seed))
+        chosen = set(np.flatnonzero(decision.selected))
+        start = 0
+        for (kind, clients), size in zip(expected, sizes, strict=True):
+            mine = {k for k in chosen if start <= k < start + size}
+            if kind == "fixed":
+                assert mine == clients
+            else:
+                assert len(mine) == n and mine <= clients
+            start += size
+        np.testing.assert_array_equal(decision.assignment, np.where(decision.selected, server, -1))
+        np.testing.assert_array_equal(new_state.exploration_rounds, [0.0, 1.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize("factory", [bandits.per_server_random, bandits.per_server_epsilon_greedy])
+def test_baselines_schedule_min_of_n_and_the_cell_size(factory):
+    sizes = (1, 4, 2)
+    sel = factory(7, 2, num_servers=3, cell_sizes=sizes)
+    inp = RoundInput(t=jnp.int32(1), available=jnp.ones(7, bool))
+    server = np.repeat(np.arange(3), sizes)
+    select = jax.jit(jax.vmap(lambda key: sel.select(sel.init(key), inp, key)[0]))
+    decisions = select(jax.random.split(jax.random.PRNGKey(0), 20))
+    for selected, assignment in zip(decisions.selected, decisions.assignment, strict=True):
+        np.testing.assert_array_equal(np.bincount(server[selected], minlength=3), [1, 2, 2])
+        np.testing.assert_array_equal(assignment, np.where(selected, server, -1))
+
+
+@pytest.mark.parametrize(
+    "cell_sizes",
+    [(6, 6), (6, 6, 5), (6, 6, 7), (0, 9, 9), (6, -6, 18), (6.0, 6, 6), 18, (1, 1, 16)],
+)
+def test_cell_sizes_bad_input(cell_sizes):
+    # Three servers over 18 clients: sizes must be 3 integers >= 1 summing to 18; N = 2
+    # must fit the largest cell ((1, 1, 16) is fine for N = 2, not for N = 17).
+    n = 17 if cell_sizes == (1, 1, 16) else 2
+    match = "num_selected" if n == 17 else "cell_sizes"
+    for factory in (
+        bandits.dfl_ccmab,
+        bandits.per_server_random,
+        bandits.per_server_epsilon_greedy,
+        envs.dfl_delay,
+    ):
+        with pytest.raises(ValueError, match=match):
+            factory(18, n, num_servers=3, cell_sizes=cell_sizes)

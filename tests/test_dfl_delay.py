@@ -170,3 +170,35 @@ def test_contexts_are_the_normalised_features():
 def test_env_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         envs.dfl_delay(**{"num_clients": 18, "num_selected": 2, **kwargs})
+
+
+def test_unequal_cells_oracle_is_the_brute_force_best_schedule():
+    # Cells of 1, 3 and 4 clients, N = 2: the 1-client cell schedules its client, the
+    # others any 2 of theirs: 1 x 3 x 6 schedules.
+    sizes = (1, 3, 4)
+    env = envs.dfl_delay(8, 2, num_servers=3, cell_sizes=sizes, model_bits=5e6, area_m=5000.0)
+    state = env.reset(jax.random.PRNGKey(4))
+    every = []
+    for a in itertools.combinations(range(1, 4), 2):
+        for b in itertools.combinations(range(4, 8), 2):
+            row = np.zeros(8, bool)
+            row[[0, *a, *b]] = True
+            every.append(row)
+    server = np.repeat(np.arange(3), sizes)
+
+    @jax.jit
+    def round_of(t):
+        inp = env.observe(state, t, jax.random.fold_in(jax.random.PRNGKey(10), t))
+        best = env.oracle(state, inp)
+        step = lambda sel: env.step(state, inp, Decision(sel), jax.random.PRNGKey(0))[2]
+        return best, step(best.selected), jax.vmap(step)(jnp.asarray(every))
+
+    for t in range(1, 6):
+        best, stats, all_stats = round_of(t)
+        np.testing.assert_array_equal(np.bincount(server[best.selected], minlength=3), [1, 2, 2])
+        np.testing.assert_array_equal(best.assignment, np.where(best.selected, server, -1))
+        assert float(stats.latency) == pytest.approx(float(np.min(all_stats.latency)))
+    inp = env.observe(state, 1, jax.random.PRNGKey(0))
+    three = jnp.array([True, False, False, False, True, True, True, False])
+    assert not bool(env.feasible(state, inp, Decision(three)))
+    assert bool(env.feasible(state, inp, Decision(jnp.asarray(every[0]))))

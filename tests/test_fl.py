@@ -288,3 +288,37 @@ def test_aggregators_reject_bad_arguments():
         fl.decentralized(2, mixing=[[0.5, 0.2], [0.5, 0.5]])
     with pytest.raises(ValueError, match="shape"):
         fl.decentralized(3, mixing=np.eye(2))
+
+
+def test_num_used_trains_on_exactly_that_many_examples():
+    # One-hot examples and a linear model without bias: example i only moves row i of the
+    # weights, so the rows that moved are the examples trained on. From zero weights one
+    # step of the D used examples moves row i by -lr / D (1/C - onehot(y_i)), eq. (3).
+    n_max, count, classes, lr = 12, 10, 3, 0.5
+    x = jnp.eye(n_max)[None]
+    y = jnp.arange(n_max)[None] % classes
+    apply = lambda p, xb: xb @ p
+    zeros = jnp.zeros((n_max, classes))
+    one_step = client_lib.local_sgd(apply, lr, batch_size=n_max)
+    two_epochs = client_lib.local_sgd(apply, lr, batch_size=2, num_epochs=2)
+    run = jax.jit(
+        jax.vmap(
+            lambda upd, key, used: upd(zeros, x, y, 0, count, key, used).delta,
+            in_axes=(None, 0, None),
+        ),
+        static_argnums=0,
+    )
+    keys = jax.random.split(jax.random.PRNGKey(0), 2000)
+    for used in (1, 4, 10, 11):
+        trained = min(used, count)
+        deltas = np.asarray(run(one_step, keys, used))
+        moved = np.any(deltas != 0, axis=2)
+        np.testing.assert_array_equal(moved.sum(1), trained)
+        assert not moved[:, count:].any()
+        step = -lr / trained * (1 / classes - np.eye(classes)[np.asarray(y[0])])
+        np.testing.assert_allclose(deltas, np.where(moved[..., None], step, 0.0), atol=1e-6)
+        # A uniform subset: each example is used w.p. D / count (standard error <= 0.0112).
+        np.testing.assert_allclose(moved[:, :count].mean(0), trained / count, atol=0.045)
+        # Two epochs of batch 2 revisit the same subset.
+        moved = np.any(np.asarray(run(two_epochs, keys[:50], used)) != 0, axis=2)
+        np.testing.assert_array_equal(moved.sum(1), trained)

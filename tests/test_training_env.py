@@ -406,3 +406,82 @@ def test_training_on_heterogeneous_devices(data, model):
     )
     acc = curves["accuracy"]["mean"]
     assert acc[-1] > max(acc[0], 0.8), acc
+
+
+def test_local_data_from_the_delay_env_trains_on_exactly_d_k_t_examples():
+    # One-hot examples (client c owns features 8c .. 8c + 7) and a linear model without
+    # bias from zero weights: an example's row of the weights moves iff it was trained on.
+    # One step of client c's D_c(t) examples moves each of their rows by
+    # -lr / D_c (1/C - onehot(y)); weighted by D_c(t) / sum D(t) (eqs. 4-5, spec A6), every
+    # moved row of the new global model is -lr / sum D(t) (1/C - onehot(y)).
+    clients, n_max, classes, lr = 6, 8, 3, 0.3
+    x = jnp.eye(clients * n_max).reshape(clients, n_max, clients * n_max)
+    y = jnp.arange(clients * n_max).reshape(clients, n_max) % classes
+    counts = jnp.full((clients,), n_max, jnp.int32)
+    images = fed_data.FederatedData(
+        x, y, counts, x[:, :0], y[:, :0], jnp.zeros(clients, jnp.int32), x[0], y[0], classes
+    )
+    linear = models.base.Model(
+        init=lambda key: jnp.zeros((clients * n_max, classes)),
+        apply=lambda p, xb: xb @ p,
+        name="linear",
+        input_shape=(clients * n_max,),
+        num_classes=classes,
+    )
+    delays = envs.make("dfl_delay", clients, 1, num_servers=3, shard_size=n_max)
+    env = envs.make(
+        "training",
+        clients,
+        3,
+        data=images,
+        model=linear,
+        algorithm="decentralized",
+        num_groups=3,
+        learning_rate=lr,
+        batch_size=n_max,
+        delay_env=delays,
+        local_data="delay_env",
+    )
+    step = jax.jit(env.step)
+    for seed in range(5):
+        state = env.reset(jax.random.PRNGKey(seed))
+        inp = env.observe(state, 1, jax.random.PRNGKey(10 + seed))
+        decision = env.oracle(state, inp)
+        feedback, new, _ = step(state, inp, decision, jax.random.PRNGKey(seed))
+        used = np.asarray(inp.info.num_samples)
+        chosen = np.asarray(decision.selected)
+        weights = np.asarray(jax.tree.map(lambda g: g[0], new.server))
+        moved = np.any(weights != 0, axis=1).reshape(clients, n_max)
+        np.testing.assert_array_equal(moved.sum(1), np.where(chosen, used, 0))
+        total = used[chosen].sum()
+        row = -lr / total * (1 / classes - np.eye(classes)[np.asarray(y).ravel()])
+        np.testing.assert_allclose(weights, np.where(moved.reshape(-1, 1), row, 0.0), atol=1e-6)
+        np.testing.assert_array_equal(feedback.info["num_samples"], used)
+    with pytest.raises(ValueError, match="local_data"):
+        envs.make("training", clients, 3, data=images, model=linear, local_data="delay_env")
+    with pytest.raises(ValueError, match="local_data"):
+        envs.make("training", clients, 3, data=images, model=linear, local_data="some")
+
+
+def test_loss_on_train_is_the_mean_of_the_clients_mean_losses(data, model):
+    # Chen et al. eq. (1): F(g) = (1/N) sum_i F_i(g), F_i the mean over client i's examples
+    # (unequal clients here, so this differs from the mean over all examples).
+    env = _env(data, model, 3, loss_on="train")
+    selected = np.zeros(N, bool)
+    selected[[0, 5, 10]] = True
+    _, (_, new, stats) = _step(env, selected)
+    losses = []
+    for i in range(N):
+        logits = model.apply(new.server, data.x[i, : data.counts[i]])
+        labels = data.y[i, : data.counts[i]]
+        losses.append(float(optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()))
+    np.testing.assert_allclose(stats.loss, np.mean(losses), rtol=1e-5)
+    assert (
+        abs(
+            float(stats.loss)
+            - float(fl.evaluate(model.apply, new.server, data.x_test, data.y_test)[0])
+        )
+        > 1e-4
+    )
+    with pytest.raises(ValueError, match="loss_on"):
+        _env(data, model, 3, loss_on="heldout")

@@ -1,9 +1,12 @@
 r"""Round delays of decentralized FL with edge servers (Chen, Zhang, Wang and Wang, Entropy 2025).
 
-S edge servers, one per cell, each schedule exactly N of the K_s = K / S clients of
-their own cell every round (the access constraint (13c), read as |A_s(t)| = N). Client
-k belongs to cell `k // K_s`. A scheduled client's delay is download + upload + local
-computation, capped at the deadline (eqs. 6-11):
+S edge servers, one per cell, each schedule exactly min(N, K_s) of the K_s clients of
+their own cell every round (the access constraint (13c), read as |A_s(t)| = N, spec A8).
+Cells are equal by default, client k in cell `k // (K / S)`; `cell_sizes` gives cells of
+unequal sizes K_s, cell s holding the K_s clients after the first K_1 + ... + K_{s-1}
+(the paper places clients at random, so its cells need not be equal; spec A7). A
+scheduled client's delay is download + upload + local computation, capped at the
+deadline (eqs. 6-11):
 
 .. math::
     \tau_k(t) = \min\Big\{\frac{m}{B R^D_k(t)} + \frac{m}{B R^U_k(t)}
@@ -46,9 +49,10 @@ slots as the cell's slowest available client, in `expected_reward` and `reward` 
 over fewer clients would otherwise beat the oracle, `envs.cohort`); `latency` stays the
 delay of the clients scheduled.
 
-Geometry (not given by the paper; spec A7): the square area is cut into S vertical
+Geometry (not given by the paper; spec A7): the square area is cut into S equal vertical
 strips with the server at each strip's centre and the cell's clients uniform in it,
-distances clipped below at `min_distance_m`. A trial's instance (positions, CPU speeds
+distances clipped below at `min_distance_m`; with unequal cells the strips stay equal and
+hold different numbers of clients. A trial's instance (positions, CPU speeds
 :math:`s_k \sim U[10, 30] \times 10^6` cycles per sample, fading key) is drawn by
 `reset`; the fading of round t comes from `fold_in(channel_key, t)`, so the realised
 oracle and `step` see the same channels and every policy faces the same draws.
@@ -203,6 +207,7 @@ def dfl_delay(
     min_distance_m: float = 10.0,
     regret_reference: str = "realized",
     availability=1.0,
+    cell_sizes: tuple[int, ...] | None = None,
 ) -> Env:
     """The delay process of Chen et al., Secs. 3.2 and 7.1 (see the module docstring).
 
@@ -211,8 +216,9 @@ def dfl_delay(
     m = 5e3 (read as bits), and D_k = 60000 / 18 = 3333 MNIST samples per client.
 
     Args:
-      num_clients: K, a multiple of `num_servers`.
-      num_selected: N, clients scheduled per server, 1 <= N <= K / S.
+      num_clients: K, a multiple of `num_servers` unless `cell_sizes` is given.
+      num_selected: N, clients scheduled per server, 1 <= N <= K / S (or the largest
+        cell); a smaller cell schedules all its clients.
       num_servers: S >= 1.
       tau_max: deadline tau_max > 0 (s), eq. (6).
       bandwidth_hz: B > 0.
@@ -234,15 +240,14 @@ def dfl_delay(
       availability: probability in [0, 1] (or f32[K]) that a client is available, or an
         availability process (`envs.availability`); 1 in the paper. A server with fewer
         than N available clients schedules those it has (the oracle too).
+      cell_sizes: K_s of each cell, S integers >= 1 summing to K; None for equal cells.
 
     Returns:
       An `Env` whose `RoundInput.info` is a `DFLRound` and whose oracle schedules each
       server's N fastest clients.
     """
-    k_total = validation.positive_int("num_clients", num_clients)
-    k_cell = validation.group_size(k_total, num_servers)
-    s = k_total // k_cell
-    n = validation.int_in_range("num_selected (clients per server)", num_selected, 1, k_cell)
+    s, n, sizes, cell = validation.cells(num_clients, num_servers, num_selected, cell_sizes)
+    k_total = cell.size
     low, high = validation.real_interval(
         "cycles_per_sample_range", cycles_per_sample_range, 0.0, low_open=True
     )
@@ -265,7 +270,6 @@ def dfl_delay(
     side = validation.positive_float("area_m", area_m)
     d_min = validation.positive_float("min_distance_m", min_distance_m)
     process = availability_lib.resolve(availability, k_total)
-    cell = np.arange(k_total) // k_cell
     f32 = jnp.float32
     defaults = DFLDelayParams(
         delay=DelayParams(*(f32(v) for v in params)),
@@ -325,7 +329,7 @@ def dfl_delay(
         return client_delays(params.delay, state, inp.info, ones, ones)[1]
 
     def best(ref, inp):
-        selected = grouped_top_k_mask(-ref, inp.available, n, s)
+        selected = grouped_top_k_mask(-ref, inp.available, n, s, sizes)
         return Decision(selected=selected, assignment=jnp.where(selected, cell, -1))
 
     def oracle(state, inp, params=None):
@@ -336,7 +340,7 @@ def dfl_delay(
 
     def per_cell(flags):
         """int32[S]: the entries set in each cell of bool[K]."""
-        return jnp.sum(flags.reshape(s, k_cell), axis=1, dtype=jnp.int32)
+        return jax.ops.segment_sum(flags.astype(jnp.int32), cell, num_segments=s)
 
     def feasible(state, inp, decision, params=None):
         del state, inp, params

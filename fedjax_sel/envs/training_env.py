@@ -20,13 +20,18 @@ A paper's own delay model replaces this one through `delay_env`, any bandit `Env
 the same clients (e.g. `dfl_delay`, Chen et al.): it then supplies each round's input
 (availability, contexts, info), the clients' latencies and success, the feedback, the
 oracle and the regret, and the training environment trains the selected cohort on top
-and adds the test loss and accuracy to the round's statistics.
+and adds the loss and test accuracy to the round's statistics. With
+`local_data="delay_env"` each trained client uses as many of its examples as the delay
+model's round says, `RoundInput.info.num_samples` (Chen et al.'s D_k(t), which also sets
+its computation delay, eq. 11): a uniformly random subset of that size, the same in
+every local epoch, its size also the client's aggregation weight (spec A6).
 
 Feedback (`feedback`):
   - "latency": r_i = 1 - tau_i / tau_max (Xia et al. §III.B), needs a deadline;
   - "success": r_i = 1 if client i met the deadline (Qu et al.'s X_n);
   - "accuracy": r_i = test accuracy of the new global model, for every selected i;
-  - "loss_decrease": r_i = test loss before minus after the round, for every selected i;
+  - "loss_decrease": r_i = loss before minus after the round (test loss, or training
+    loss with `loss_on="train"`), for every selected i;
   - "opinions": r_i = accuracy of the new model on client i's held-out data, observed
     for every client with held-out data (Tong et al.'s test opinions), also in
     `Feedback.info["opinions"]`.
@@ -45,7 +50,8 @@ valid where a client was trained (`observed`; 0 elsewhere unless said otherwise)
     FedScale's client reports and its Oort selector reads);
   - "num_samples": |B_i|, the examples client i trains on in a round, its data size with
     epochs and `min(data size, num_steps * batch_size)` with a fixed number of steps
-    (FedScale's `trained_unique_samples`); a fact of the data, given for every client.
+    (FedScale's `trained_unique_samples`), `min(data size, D_i(t))` with
+    `local_data="delay_env"`; given for every client.
 With a `delay_env` whose feedback info is a dict, its keys are kept and these real values
 replace any of the same name (a delay model's surrogates); any other info it returns is
 kept under "delay".
@@ -89,6 +95,7 @@ from models.base import Model
 
 ALGORITHMS = ("fedavg", "fedsgd", "hierarchical", "decentralized")
 FEEDBACKS = ("latency", "success", "accuracy", "loss_decrease", "opinions")
+LOCAL_DATA = ("all", "delay_env")
 
 
 class TrainingParams(NamedTuple):
@@ -122,7 +129,8 @@ class TrainingState(NamedTuple):
     Attributes:
       server: the aggregator's state (global, edge or server models).
       mean_latency: f32[N], mu_i, each client's mean round latency in seconds.
-      loss: f32[], test loss of the current global model.
+      loss: f32[], test loss of the current global model (training loss with
+        `loss_on="train"`).
       delay: the `delay_env`'s state, or None.
       availability: the availability process's state (None for Bernoulli availability).
     """
@@ -240,6 +248,8 @@ def training(
     observe_client_loss: bool = False,
     probe_batch_size: int | None = None,
     delay_env: Env | None = None,
+    local_data: str = "all",
+    loss_on: str = "test",
 ) -> Env:
     """A federated training run as an environment.
 
@@ -291,10 +301,17 @@ def training(
       delay_env: an `Env` over the same N clients whose rounds, latencies, feedback and
         oracle replace the latency model and `feedback` (module docstring); its
         `Feedback.success` marks the updates that arrive in time.
+      local_data: "all" (a client trains on all its examples, as `num_epochs` or
+        `num_steps` say) or "delay_env" (on `min(data size, D_i(t))` of them, D_i(t) the
+        `delay_env`'s `RoundInput.info.num_samples`, int32[N]; module docstring).
+      loss_on: "test" (the test loss) or "train" (the training loss of the global model,
+        the mean over clients of its mean loss on their training examples, Chen et al.'s
+        eq. 1: N n_max forward passes a round) as `RoundStats.loss` and the loss of
+        "loss_decrease".
 
     Returns:
-      An `Env` whose `RoundStats` carry the test `loss` and `accuracy` of the global
-      model after each round.
+      An `Env` whose `RoundStats` carry the `loss` (`loss_on`) and the test `accuracy`
+      of the global model after each round.
     """
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
@@ -356,6 +373,13 @@ def training(
     num_samples = counts_f if num_steps is None else jnp.minimum(counts_f, num_steps * batch_size)
     data_fraction = counts_f / jnp.sum(counts_f)
     has_oracle = feedback in ("latency", "success")
+    local_data = validation.choice("local_data", local_data, LOCAL_DATA)
+    loss_on = validation.choice("loss_on", loss_on, ("test", "train"))
+    if local_data == "delay_env" and (delay_env is None or observe_client_loss):
+        raise ValueError(
+            'local_data="delay_env" needs a delay_env and no observe_client_loss (whose '
+            '"num_samples" would replace the round\'s D_k(t)).'
+        )
     if delay_env is not None:
         if not isinstance(delay_env, Env) or delay_env.num_clients != n:
             raise ValueError(f"delay_env must be an Env over the {n} clients, got {delay_env!r}.")
@@ -376,8 +400,13 @@ def training(
         delay=None if delay_env is None else delay_env.params,
     )
 
-    def test_metrics(params):
-        return evaluate(model.apply, params, data.x_test, data.y_test)
+    def model_metrics(params):
+        """The model's loss (on `loss_on`'s data) and test accuracy."""
+        loss, accuracy = evaluate(model.apply, params, data.x_test, data.y_test)
+        if loss_on == "train":
+            # F(g) = (1/N) sum_i F_i(g), the mean of the clients' mean losses (Chen eq. 1).
+            loss = jnp.mean(evaluate_clients(model.apply, params, data.x, data.y, data.counts)[0])
+        return loss, accuracy
 
     def reset(key, params=None):
         params = defaults if params is None else params
@@ -396,7 +425,7 @@ def training(
             avail = process.init(key, params.availability)
         else:
             delay = delay_env.reset(jax.random.fold_in(key, 2), params.delay)
-        return TrainingState(agg.init(weights), mu, test_metrics(weights)[0], delay, avail)
+        return TrainingState(agg.init(weights), mu, model_metrics(weights)[0], delay, avail)
 
     def probe_losses(weights, key):
         """Every client's loss of `weights` on all its training data and on one minibatch
@@ -454,10 +483,11 @@ def training(
         params = defaults if params is None else params
         return Decision(top_k_mask(client_means(state, params), round_input.available, k))
 
-    def train(state, decision, latency, success, key):
-        """Trains the selected cohort (the k lowest-indexed selected clients).
+    def train(state, decision, latency, success, key, used=None):
+        """Trains the selected cohort (the k lowest-indexed selected clients), each on all
+        its examples or on `used` (int32[N]) of them.
 
-        Returns the new server state, test loss and accuracy, the `Feedback.info` training
+        Returns the new server state, loss and test accuracy, the `Feedback.info` training
         statistics (module docstring) and the bool[N] trained clients.
         """
         selected = decision.selected
@@ -468,9 +498,11 @@ def training(
         group = assignment[slots]
         start = agg.client_params(state.server, group)
         keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(slots)
-        result = jax.vmap(update_fn, in_axes=(0, None, None, 0, 0, 0))(
-            start, data.x, data.y, slots, counts, keys
-        )
+        args, sizes = (start, data.x, data.y, slots, counts, keys), num_samples
+        if used is not None:
+            args, sizes = (*args, used[slots]), jnp.minimum(num_samples, used)
+            counts = jnp.minimum(counts, used[slots])
+        result = jax.vmap(update_fn, in_axes=(0, None, None, 0, 0, 0, 0)[: len(args)])(*args)
         cohort = aggregate.Cohort(
             valid=valid,
             arrived=success[slots],
@@ -486,10 +518,10 @@ def training(
             "loss": scatter(result.loss),
             "loss_rms": scatter(result.loss_rms),
             "loss_rms_last_batch": scatter(result.last_loss_rms),
-            "num_samples": num_samples,
+            "num_samples": sizes.astype(jnp.float32),
         }
         trained = jnp.zeros((n,), bool).at[index].set(True, mode="drop")
-        return server, *test_metrics(agg.global_params(server)), info, trained
+        return server, *model_metrics(agg.global_params(server)), info, trained
 
     def step_with_delay_env(state, round_input, decision, key, params=None):
         params = defaults if params is None else params
@@ -497,8 +529,9 @@ def training(
         out, delay, stats = delay_env.step(
             state.delay, round_input, decision, delay_key, params.delay
         )
+        used = round_input.info.num_samples if local_data == "delay_env" else None
         server, loss, accuracy, info, trained = train(
-            state, decision, out.latency, out.success, train_key
+            state, decision, out.latency, out.success, train_key, used
         )
         if isinstance(out.info, dict):
             info = {**out.info, **info}

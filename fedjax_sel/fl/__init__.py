@@ -11,7 +11,7 @@ from fedjax_sel.fl.aggregate import (
 )
 from fedjax_sel.fl.client import ClientResult, local_sgd, masked_cross_entropy
 from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
-from fedjax_sel.fl.metrics import rounds_to_accuracy, time_to_accuracy
+from fedjax_sel.fl.metrics import rounds_to_accuracy, time_to_accuracy, time_to_loss
 
 __all__ = [
     "Aggregator",
@@ -27,5 +27,6 @@ __all__ = [
     "masked_cross_entropy",
     "rounds_to_accuracy",
     "time_to_accuracy",
+    "time_to_loss",
     "weighted_mean_update",
 ]

@@ -6,7 +6,9 @@ an optax optimizer, starting from the model it downloaded, and returns the chang
 its parameters. Padding never reaches the loss: each minibatch carries a validity mask,
 and a minibatch with no valid example leaves parameters and optimizer state unchanged,
 so a client padded to any `n_max` trains exactly as the same client unpadded. A client
-with `count = 0` (an empty cohort slot) returns a zero update.
+with `count = 0` (an empty cohort slot) returns a zero update. Given `num_used`, the client
+trains on a uniformly random subset of `min(num_used, count)` of its examples, the same in
+every epoch (Chen et al.'s D_k(t) samples of round t, their eq. 11 and spec A6).
 
 Along the way the update records each real example's loss, from the forward pass of the
 step that trains on it, for the root-mean-square statistics of Oort's utility
@@ -82,6 +84,13 @@ def _uniform_per_position(key: chex.PRNGKey, size: int) -> chex.Array:
     return jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i)))(jnp.arange(size))
 
 
+def _shuffled(key, count, n_max):
+    """int32[n_max]: the `count` real positions in a uniformly random order, then padding."""
+    position = jnp.arange(n_max)
+    priority = jnp.where(position < count, _uniform_per_position(key, n_max), 2.0 + position)
+    return jnp.argsort(priority, stable=True)
+
+
 def _epoch_batches(key, count, n_max, batch_size):
     """int32[S, B] example indices and bool[S, B] masks of one shuffled epoch.
 
@@ -89,9 +98,7 @@ def _epoch_batches(key, count, n_max, batch_size):
     `S = ceil(n_max / B)` batches hold padding only and are masked out.
     """
     steps = -(-n_max // batch_size)
-    position = jnp.arange(n_max)
-    priority = jnp.where(position < count, _uniform_per_position(key, n_max), 2.0 + position)
-    order = jnp.argsort(priority, stable=True)
+    order = _shuffled(key, count, n_max)
     order = jnp.concatenate([order, jnp.zeros((steps * batch_size - n_max,), order.dtype)])
     valid = jnp.arange(steps * batch_size) < count
     return order.reshape(steps, batch_size), valid.reshape(steps, batch_size)
@@ -150,7 +157,9 @@ def local_sgd(
 
     Returns:
       `update(params, x f32[N, n_max, ...], y int32[N, n_max], client int32[],
-      count int32[], key) -> ClientResult`, training on `x[client, :count]`; pure and
+      count int32[], key, num_used=None) -> ClientResult`, training on
+      `x[client, :count]`, or, with `num_used` (int32[]), on a uniformly random subset of
+      `min(num_used, count)` of those examples, the same in every epoch; pure and
       `vmap`-able over clients and trials.
     """
     lr = validation.positive_float("learning_rate", learning_rate)
@@ -213,14 +222,20 @@ def local_sgd(
 
         return lax.scan(step, carry, (index, valid))
 
-    def update(params, x, y, client, count, key):
+    def update(params, x, y, client, count, key, num_used=None):
         x, y = jnp.asarray(x), jnp.asarray(y)
         n_max = x.shape[1]
         if y.shape != x.shape[:2]:
             raise ValueError(f"y must have shape {x.shape[:2]} to match x, got {y.shape}.")
+        count = jnp.asarray(count, jnp.int32)
         # Indexing the client's rows inside the scan gathers only the minibatch.
         rows = lambda idx: (x[client, idx], y[client, idx])
-        count = jnp.asarray(count, jnp.int32)
+        if num_used is not None:
+            # The subset: the first min(num_used, count) of the real examples shuffled.
+            subset_key, key = jax.random.split(key)
+            order = _shuffled(subset_key, count, n_max)
+            rows = lambda idx: (x[client, order[idx]], y[client, order[idx]])
+            count = jnp.minimum(jnp.asarray(num_used, jnp.int32), count)
         carry = (params, optimizer.init(params))
         if num_epochs is not None:
 

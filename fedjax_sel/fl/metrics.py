@@ -1,4 +1,4 @@
-"""Training metrics over `Results` curves: rounds-to-accuracy and time-to-accuracy."""
+"""Training metrics over `Results` curves: rounds and time to an accuracy, time to a loss."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import numpy as np
 from fedjax_sel.results import Results
 
 
-def _first_round(results: Results, policy: str, target: float) -> int | None:
-    if "accuracy" not in results.curves[policy]:
-        raise ValueError(f"policy {policy!r} has no accuracy curve (not a training environment).")
-    accuracy = np.asarray(results.curves[policy]["accuracy"]["mean"])
-    reached = np.nonzero(accuracy >= target)[0]
+def _first_round(results: Results, policy: str, target: float, metric: str = "accuracy"):
+    """The first round (1-based) whose mean `metric` reaches `target`: at or above it
+    for the accuracy, at or below it for the loss; None if none does."""
+    if metric not in results.curves[policy]:
+        raise ValueError(f"policy {policy!r} has no {metric} curve (not a training environment).")
+    curve = np.asarray(results.curves[policy][metric]["mean"])
+    reached = np.nonzero(curve >= target if metric == "accuracy" else curve <= target)[0]
     return int(reached[0]) + 1 if reached.size else None
 
 
@@ -36,6 +38,19 @@ def time_to_accuracy(results: Results, policy: str, target: float) -> float | No
       Seconds, or None if the mean accuracy never reaches `target`.
     """
     t = _first_round(results, policy, target)
+    if t is None:
+        return None
+    return float(results.curves[policy]["cumulative_latency"]["mean"][t - 1])
+
+
+def time_to_loss(results: Results, policy: str, target: float) -> float | None:
+    """Mean cumulative wall-clock latency (s) at the first round whose mean loss over
+    trials is at most `target` (`RoundStats.loss`: the test or the training loss).
+
+    Returns:
+      Seconds, or None if the mean loss never reaches `target`.
+    """
+    t = _first_round(results, policy, target, "loss")
     if t is None:
         return None
     return float(results.curves[policy]["cumulative_latency"]["mean"][t - 1])

@@ -7,9 +7,9 @@ adds trial or edge-server axes.
   (`selection`): each defined portably in a few lines (`selection.portable_*`), and run
   by a sort-free backend on CPU (`_xla_cpu`), chosen by platform when the program is
   lowered. The cohort size k is a Python int or a traced int32[].
-- `grouped_masked_top_k`, `grouped_uniform_subset`, `grouped_top_k_mask`: k per equal
-  contiguous group; `budgeted_top_k`, `grouped_budgeted_top_k`: clients in score order
-  within a budget, per group (`grouped`).
+- `grouped_masked_top_k`, `grouped_uniform_subset`, `grouped_top_k_mask`: k per
+  contiguous group, equal or of given sizes; `budgeted_top_k`, `grouped_budgeted_top_k`:
+  clients in score order within a budget, per group (`grouped`).
 - `assignment`: clients to edge servers under a knapsack budget per server
   (`max_cardinality`, `greedy`, `knapsack`), one server per client.
 - `sherman_morrison_update` (`linalg`), `prefix_max_cost_top_k` (`latency`),

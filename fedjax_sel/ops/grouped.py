@@ -1,7 +1,9 @@
 """Selection per group of clients (per edge server): k per group, or within a budget.
 
-The equal-group forms run a selection op on each of `num_groups` equal contiguous blocks
-of clients, so they are exactly the op applied block by block, on the CPU backend on CPU.
+The k-per-group forms run a selection op on each of `num_groups` contiguous blocks of
+clients, so they are exactly the op applied block by block, on the CPU backend on CPU. The
+blocks are equal by default; `sizes` gives blocks of unequal sizes, laid out as the rows of
+a fixed [num_groups, max size] array whose padding is never eligible.
 The budgeted forms take clients in descending score while the running cost fits a
 budget (per group: arbitrary group ids, one budget each); they are portable only.
 """
@@ -10,75 +12,123 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from fedjax_sel.ops.order import order_key
 from fedjax_sel.ops.selection import masked_top_k, top_k_mask, uniform_subset
 
 
-def _per_group(kernel, arrays: tuple[jax.Array, ...], num_groups: int, key=None) -> jax.Array:
-    """Runs `kernel` on each of `num_groups` equal contiguous blocks of the client axis.
+def _padded_layout(sizes: tuple[int, ...], num_clients: int) -> tuple[np.ndarray, ...]:
+    """The groups of `sizes` as rows of a padded array.
 
-    Clients `g * n, ..., g * n + n - 1` (n = N / num_groups) form group g; each group
-    gets its own key, so the groups' random choices are independent.
+    Returns:
+      (int[G, n] client of each slot (0 at padding), bool[G, n] real slots, int[N] flat
+      slot of each client), with n the largest size.
     """
-    blocks = tuple(a.reshape(num_groups, -1) for a in arrays)
+    sizes = np.asarray(sizes, np.int64)
+    if sizes.ndim != 1 or np.any(sizes < 1) or sizes.sum() != num_clients:
+        raise ValueError(
+            f"sizes must be positive group sizes summing to N = {num_clients}, got "
+            f"{sizes.tolist()}."
+        )
+    valid = np.arange(sizes.max())[None, :] < sizes[:, None]
+    starts = np.cumsum(sizes) - sizes
+    index = np.where(valid, starts[:, None] + np.arange(sizes.max())[None, :], 0)
+    return index, valid, np.flatnonzero(valid)
+
+
+def _per_group(kernel, arrays: tuple[jax.Array, ...], num_groups: int, key=None, sizes=None):
+    """Runs `kernel` on each of `num_groups` contiguous blocks of the client axis.
+
+    Clients `g * n, ..., g * n + n - 1` (n = N / num_groups) form group g, or, with
+    `sizes`, the `sizes[g]` clients after the first `sum(sizes[:g])`; each group gets its
+    own key, so the groups' random choices are independent. The last of `arrays` is the
+    eligibility mask, False on the padding of unequal groups.
+    """
+    if sizes is None:
+        blocks = tuple(a.reshape(num_groups, -1) for a in arrays)
+    else:
+        if len(sizes) != num_groups:
+            raise ValueError(f"sizes must have num_groups = {num_groups} entries, got {sizes}.")
+        index, valid, slot = _padded_layout(sizes, arrays[-1].shape[0])
+        *values, mask = arrays
+        blocks = (*(a[index] for a in values), mask[index] & valid)
     if key is None:
         out = jax.vmap(kernel)(*blocks)
     else:
         out = jax.vmap(kernel)(*blocks, jax.random.split(key, num_groups))
-    return out.reshape(-1)
+    return out.reshape(-1) if sizes is None else out.reshape(-1)[slot]
 
 
 def grouped_masked_top_k(
-    scores: jax.Array, mask: jax.Array, k: int, key: jax.Array, num_groups: int
+    scores: jax.Array,
+    mask: jax.Array,
+    k: int,
+    key: jax.Array,
+    num_groups: int,
+    sizes: tuple[int, ...] | None = None,
 ) -> jax.Array:
-    """`masked_top_k` in each of `num_groups` equal contiguous groups (k per group).
+    """`masked_top_k` in each of `num_groups` contiguous groups (k per group).
 
     For hierarchical settings where every edge server schedules k clients of its own
-    cell: group g holds clients `g * N / num_groups` to `(g + 1) * N / num_groups - 1`.
+    cell: group g holds clients `g * N / num_groups` to `(g + 1) * N / num_groups - 1`
+    (equal cells), or the `sizes[g]` clients after the first `sum(sizes[:g])`.
 
     Args:
       scores: f32[N], higher is better.
       mask: bool[N], eligible clients.
       k: static cohort size per group, 1 <= k <= N / num_groups.
       key: PRNG key for the tie-breaks (split over groups).
-      num_groups: static number of groups, dividing N.
+      num_groups: static number of groups, dividing N when `sizes` is None.
+      sizes: static positive group sizes summing to N (k <= max size), or None for equal
+        groups.
 
     Returns:
       bool[N] with exactly min(k, eligible in group) entries set in each group.
     """
-    return _per_group(lambda s, m, kk: masked_top_k(s, m, k, kk), (scores, mask), num_groups, key)
+    kernel = lambda s, m, kk: masked_top_k(s, m, k, kk)
+    return _per_group(kernel, (scores, mask), num_groups, key, sizes)
 
 
-def grouped_uniform_subset(mask: jax.Array, k: int, key: jax.Array, num_groups: int) -> jax.Array:
-    """`uniform_subset` in each of `num_groups` equal contiguous groups (k per group).
+def grouped_uniform_subset(
+    mask: jax.Array, k: int, key: jax.Array, num_groups: int, sizes: tuple[int, ...] | None = None
+) -> jax.Array:
+    """`uniform_subset` in each of `num_groups` contiguous groups (k per group).
 
     Args:
       mask: bool[N], eligible clients.
       k: static cohort size per group, 1 <= k <= N / num_groups.
       key: PRNG key (split over groups).
-      num_groups: static number of groups, dividing N.
+      num_groups: static number of groups, dividing N when `sizes` is None.
+      sizes: static group sizes as in `grouped_masked_top_k`, or None for equal groups.
 
     Returns:
       bool[N] with exactly min(k, eligible in group) entries set in each group.
     """
-    return _per_group(lambda m, kk: uniform_subset(m, k, kk), (mask,), num_groups, key)
+    return _per_group(lambda m, kk: uniform_subset(m, k, kk), (mask,), num_groups, key, sizes)
 
 
-def grouped_top_k_mask(scores: jax.Array, mask: jax.Array, k: int, num_groups: int) -> jax.Array:
-    """`top_k_mask` (deterministic, for oracles) in each of `num_groups` equal groups.
+def grouped_top_k_mask(
+    scores: jax.Array,
+    mask: jax.Array,
+    k: int,
+    num_groups: int,
+    sizes: tuple[int, ...] | None = None,
+) -> jax.Array:
+    """`top_k_mask` (deterministic, for oracles) in each of `num_groups` groups.
 
     Args:
       scores: f32[N] of finite values.
       mask: bool[N], eligible clients.
       k: static cohort size per group, 1 <= k <= N / num_groups.
-      num_groups: static number of groups, dividing N.
+      num_groups: static number of groups, dividing N when `sizes` is None.
+      sizes: static group sizes as in `grouped_masked_top_k`, or None for equal groups.
 
     Returns:
       bool[N] with exactly min(k, eligible in group) entries set in each group.
     """
-    return _per_group(lambda s, m: top_k_mask(s, m, k), (scores, mask), num_groups)
+    return _per_group(lambda s, m: top_k_mask(s, m, k), (scores, mask), num_groups, sizes=sizes)
 
 
 def _segment_cumsum(values: jax.Array, starts: jax.Array) -> jax.Array:
