@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from experiments.reproductions import Options, reproduce, xia
 
 
@@ -63,3 +65,9 @@ def test_fig7_with_the_c_min_heuristic(tmp_path):
     assert set(numbers["r_star_dual"]) == {"varphi=0.1", "varphi=0.4"}
     assert numbers["larger_level_larger_latency"]
     assert (tmp_path / "xia_fig7_c_min_calibrated.png").exists()
+
+
+def test_fig7_refuses_unknown_targets(tmp_path):
+    with pytest.raises(ValueError, match="targets must be 'scale' or 'c_min'"):
+        xia.run_fig7(options(tmp_path, 1, 1), targets="rho")
+    assert not list(tmp_path.iterdir())
