@@ -12,6 +12,8 @@ with :math:`\mu(S) = \min_{k \in S} \mu_k` and :math:`\mu(\emptyset) = 1` (an em
 has the value 1 for every policy, as in `fedjax_sel.envs.wireless_latency`). The
 non-ideal regret (eq. 25) is :math:`T r^* - E[\sum_t r(S(t))]`.
 
+`heuristic_targets` sets the targets c from the clients' dataset sizes (§II.C).
+
 Two solvers: `optimal_fair_value` enumerates all 2^K availability patterns and cohorts
 and solves the LP exactly (small K); `optimal_fair_value_dual` minimizes the Lagrangian
 dual over a sample of patterns (sample-average approximation, K = 20).
@@ -31,6 +33,42 @@ from fedjax_sel import validation
 
 # Largest K solved by enumeration: 2^K patterns times C(K, N) cohorts.
 MAX_EXACT_CLIENTS = 10
+
+
+def heuristic_targets(sizes, num_selected: int, c_min: float) -> np.ndarray:
+    r"""Fairness targets from the clients' dataset sizes, Xia et al. §II.C.
+
+    The client of the smallest dataset, :math:`\hat k = \arg\min_k s_k`, gets
+    :math:`c_{\hat k} = c_{\min}`, chosen in
+
+    .. math:: \varphi \frac{N s_{\hat k}}{\sum_k s_k} \le c_{\min} \le
+       \frac{N s_{\hat k}}{\sum_k s_k}, \quad 0 \le \varphi < 1,
+
+    and every other client :math:`c_k = (s_k / s_{\hat k})\, c_{\min}` (the paper prints
+    "s_k / s_k", read as s_k / s_{k_hat}, spec §2.7). Equivalently
+    :math:`c_k = \lambda N s_k / \sum s` with :math:`\lambda = c_{\min} \sum s / (N
+    s_{\hat k}) \in [\varphi, 1]`, so the targets sum to :math:`\lambda N`. At the upper
+    end they sum to N, the boundary of feasibility (spec A25): a policy's validation
+    (`validation.check_fairness`) refuses targets that availability makes infeasible.
+
+    Args:
+      sizes: f64[K], the dataset sizes s_k (> 0).
+      num_selected: N, clients scheduled per round.
+      c_min: the smallest client's target, in [0, N min_k s_k / sum_k s_k].
+
+    Returns:
+      f64[K], the targets c_k.
+
+    Raises:
+      ValueError: for non-positive sizes or a c_min outside its range.
+    """
+    s = np.asarray(sizes, np.float64)
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s) & (s > 0)):
+        raise ValueError(f"sizes must be a non-empty vector of positive sizes s_k, got {sizes}.")
+    n_sel = validation.num_selected(num_selected, s.size)
+    upper = n_sel * s.min() / s.sum()
+    c_min = validation.float_in_range("c_min", c_min, 0.0, upper)
+    return s / s.min() * c_min
 
 
 def _check(means, fairness, num_selected, availability):

@@ -79,7 +79,7 @@ def test_dataset_option_is_checked_before_anything_runs(tmp_path):
         reproduce("huang_training", "5a", options._replace(dataset="imagenet"))
     # The digits figures cannot take images the Huang CNNs need, and vice versa.
     with pytest.raises(ValueError, match="dataset must be one of"):
-        reproduce("huang_training", "6", options._replace(dataset="digits"))
+        reproduce("huang_training", "6a", options._replace(dataset="digits"))
     with pytest.raises(ValueError, match="trains no model"):
         reproduce("huang", "3", options._replace(dataset="mnist"))
     with pytest.raises(ValueError, match="data_dir needs a dataset"):
@@ -99,6 +99,19 @@ def test_xia_fig2_runs_on_a_prepared_tfds_dataset(tmp_path):
     final = np.array(list(numbers["final_accuracy"].values()))
     np.testing.assert_allclose(final * 200, np.round(final * 200), atol=1e-3)
     assert os.path.exists(tmp_path / "xia_training_fig2_calibrated.png")
+
+
+def test_xia_fig6_runs_on_a_prepared_tfds_dataset(tmp_path):
+    options = Options(
+        "calibrated", str(tmp_path), num_trials=1, num_rounds=2, dataset="mnist", data_dir="x"
+    )
+    with tfds.testing.mock_data(num_examples=600):
+        numbers = reproduce("xia_training", "6", options)
+    assert numbers["dataset"] == "mnist"
+    # §II.C's heuristic at varphi = 1/2 on the mock split's sizes: c sums to N / 2.
+    fairness = np.array(numbers["fairness_target"])
+    np.testing.assert_allclose(fairness.sum(), 2.0, rtol=1e-9)
+    assert fairness[:2].min() > fairness[2:].max()
 
 
 def _logistic(images, setting):
@@ -147,12 +160,20 @@ def test_huang_fig5_panels_follow_the_paper():
 def test_huang_fig6_and_fig7_share_one_run_on_exchange_times(tmp_path, monkeypatch):
     monkeypatch.setattr(huang_training, "_model", _logistic)
     options = Options("calibrated", str(tmp_path), num_trials=1, num_rounds=3)
-    fig6 = reproduce("huang_training", "6", options)
-    fig7 = reproduce("huang_training", "7", options)
-    names = {"RBCS-F(1)", "RBCS-F(20)", "RBCS-F(100)", "random", "FedCS(3)"}
+    # Panel (e): CIFAR-10 stand-in, gamma_1 = 10, with the claims of Figs. 6(e) and 7(e).
+    fig6 = reproduce("huang_training", "6e", options)
+    fig7 = reproduce("huang_training", "7e", options)
+    rbcs = [f"RBCS-F({v})" for v in (1, 10, 20, 50, 100)]
+    names = {*rbcs, "random", "FedCS(3)"}
     assert set(fig6["final_accuracy"]) == names
+    assert fig6["gamma_1"] == "10" and fig6["dataset"] == "gaussian_mixture"
     assert fig6["total_time_s"] == fig7["total_time_s"]
-    results = huang_training._selection_results(options)
+    # With 40 clients available w.p. 0.8, a round has fewer than 8 available with
+    # probability below 1e-9: RBCS-F and random select exactly m = 8 every round.
+    for policy in (*rbcs, "random"):
+        np.testing.assert_allclose(fig6["mean_cohort"][policy], 8.0, rtol=1e-6)
+    assert 0.0 < fig6["mean_cohort"]["FedCS(3)"] <= huang_training.FEDCS_SLOTS
+    results = huang_training._selection_results("e", options)
     for policy in names:
         latency = results.curves[policy]["latency"]["mean"]
         elapsed = results.curves[policy]["cumulative_latency"]["mean"]
@@ -160,10 +181,71 @@ def test_huang_fig6_and_fig7_share_one_run_on_exchange_times(tmp_path, monkeypat
         np.testing.assert_allclose(elapsed, np.cumsum(latency), rtol=1e-5)
         assert np.all(latency > 0.0)
     assert fig6["holds"] == (
-        fig6["smaller_v_higher_accuracy"] and fig6["random_best"] and fig6["fedcs_worst"]
+        fig6["smaller_v_higher_accuracy"]
+        and fig6["random_best"]
+        and fig6["fedcs_worst"]
+        and fig6["rbcs_f_fewer_rounds_than_fedcs"]
     )
-    assert os.path.exists(tmp_path / "huang_training_fig6_calibrated.png")
-    assert os.path.exists(tmp_path / "huang_training_fig7_calibrated.png")
+    # RBCS-F(20) against RBCS-F(50) on ten accuracy levels: the time to a higher level is
+    # never shorter, and the flag is the comparison level by level.
+    levels = np.asarray(fig7["levels_20_vs_50"])
+    assert levels.shape == (10,) and np.all(np.diff(levels) > 0)
+    times = {p: np.asarray(t) for p, t in fig7["time_to_levels_s"].items()}
+    assert all(np.all(np.diff(t) >= 0) for t in times.values())
+    assert fig7["rbcs_f_20_ahead_of_50"] == bool(np.all(times["RBCS-F(20)"] <= times["RBCS-F(50)"]))
+    assert fig7["holds"] == (
+        fig7["fedcs_fastest_at_low_accuracy"]
+        and fig7["random_slowest"]
+        and fig7["rbcs_f_between"]
+        and fig7["rbcs_f_20_ahead_of_50"]
+    )
+    assert os.path.exists(tmp_path / "huang_training_fig6e_calibrated.png")
+    assert os.path.exists(tmp_path / "huang_training_fig7e_calibrated.png")
+
+
+def test_huang_figs_6_and_7_have_every_panel_of_the_paper():
+    for figure in "67":
+        for panel, (family, _) in huang_training.PANELS.items():
+            claim = huang_training.FIGURES[figure + panel].claim
+            assert f"Panel ({panel}): {family}, gamma_1 = " in claim
+    # Only (e) and (f) carry the remarks on RBCS-F(20) vs RBCS-F(50) and on FedCS(3)'s rounds.
+    assert [p for p in "abcdef" if "RBCS-F(20)" in huang_training.FIGURES["7" + p].claim] == [
+        "e",
+        "f",
+    ]
+    assert [p for p in "abcdef" if "fewer rounds" in huang_training.FIGURES["6" + p].claim] == [
+        "e",
+        "f",
+    ]
+
+
+def test_huang_panels_read_the_papers_tfds_datasets():
+    # Panels (a)-(c) on Fashion-MNIST, (d)-(f) on CIFAR-10: the datasets' own images, the
+    # CNN that fits them and the spec's 500 examples per client, batch 50, lr 0.01 / 0.05.
+    cases = (("fashion_mnist", 1.0, (28, 28, 1)), ("cifar10", 10.0, (32, 32, 3)))
+    for name, gamma_1, shape in cases:
+        options = Options("calibrated", "unused", dataset=name, data_dir="x")
+        with tfds.testing.mock_data(num_examples=6000):
+            images, setting = huang_training.load_images(options, name, gamma_1)
+        assert images.x.shape[2:] == shape
+        assert setting == huang_training.PAPER[name]
+        np.testing.assert_array_equal(images.counts, 500)
+        assert huang_training._model(images, setting).name == setting.model
+
+
+def test_huang_fig7_runs_on_a_prepared_tfds_dataset(tmp_path, monkeypatch):
+    monkeypatch.setattr(huang_training, "_model", _logistic)
+    small = huang_training.PAPER["cifar10"]._replace(samples_per_client=20, batch_size=10)
+    monkeypatch.setitem(huang_training.PAPER, "cifar10", small)
+    options = Options(
+        "calibrated", str(tmp_path), num_trials=1, num_rounds=2, dataset="cifar10", data_dir="x"
+    )
+    with tfds.testing.mock_data(num_examples=1000):
+        numbers = reproduce("huang_training", "7f", options)
+    assert numbers["dataset"] == "cifar10" and numbers["gamma_1"] == "iid"
+    accuracies = np.array(list(numbers["final_accuracy"].values()))
+    assert np.all((accuracies >= 0.0) & (accuracies <= 1.0))
+    assert os.path.exists(tmp_path / "huang_training_fig7f_calibrated.png")
 
 
 def test_exchange_time_training_keeps_the_exchange_time_rounds(monkeypatch):

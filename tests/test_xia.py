@@ -197,6 +197,46 @@ def test_lp_r_star_matches_closed_form_k3():
         assert value == pytest.approx(closed, abs=1e-7)  # means pass through float32
 
 
+def test_heuristic_targets_by_hand():
+    # §II.C with Fig. 4's sizes s = (1500, 1000, 500), N = 2: c_min may be up to
+    # N s_min / sum s = 1/3; c_min = 0.2 gives c_k = (s_k / 500) 0.2.
+    np.testing.assert_allclose(
+        fairness_lp.heuristic_targets([1500, 1000, 500], 2, 0.2), [0.6, 0.4, 0.2]
+    )
+    # The smallest client takes c_min wherever it sits.
+    np.testing.assert_allclose(
+        fairness_lp.heuristic_targets([1000, 500, 1500], 2, 0.2), [0.4, 0.2, 0.6]
+    )
+    # The upper end sums to N: c = (1, 2/3, 1/3), on the boundary of feasibility.
+    np.testing.assert_allclose(
+        fairness_lp.heuristic_targets([1500, 1000, 500], 2, 1 / 3), [1.0, 2 / 3, 1 / 3]
+    )
+    with pytest.raises(ValueError, match=r"c_min must lie in \[0.0, 0.333"):
+        fairness_lp.heuristic_targets([1500, 1000, 500], 2, 0.34)
+    with pytest.raises(ValueError, match="sizes must be"):
+        fairness_lp.heuristic_targets([1500, 0, 500], 2, 0.1)
+
+
+def test_heuristic_targets_are_feasible_inside_the_range():
+    rng = np.random.default_rng(0)
+    sizes = rng.uniform(500, 1000, 6)
+    top = 3 * sizes.min() / sizes.sum()
+    mu = rng.uniform(0.3, 0.9, 6)
+    for varphi in (0.25, 0.5, 0.75):
+        c = fairness_lp.heuristic_targets(sizes, 3, varphi * top)
+        # c_k = varphi N s_k / sum s: proportional to the sizes, summing to varphi N.
+        np.testing.assert_allclose(c, varphi * 3 * sizes / sizes.sum(), rtol=1e-12)
+        # LP 23 has a solution meeting them (it raises when infeasible), worth less than
+        # the fairness-free optimum.
+        r_star = fairness_lp.optimal_fair_value(mu, c, 3, 0.9)
+        assert r_star <= fairness_lp.optimal_fair_value(mu, 0.0, 3, 0.9) + 1e-9
+    # At the upper end (sum c = N) only always-available clients can meet the targets.
+    c = fairness_lp.heuristic_targets(sizes, 3, top)
+    assert fairness_lp.optimal_fair_value(mu, c, 3, 1.0) > 0.0
+    with pytest.raises(ValueError, match="infeasible"):
+        fairness_lp.optimal_fair_value(mu, c, 3, 0.9)
+
+
 @pytest.mark.parametrize(
     "num_clients, num_selected, fairness",
     [(6, 3, 0.3), (8, 2, "shares"), (9, 2, "shares")],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from experiments.reproductions import Options, reproduce, xia
 
 
@@ -46,4 +48,26 @@ def test_fig4_and_fig5_fairness_tradeoff(tmp_path):
 
 def test_fig7_larger_fairness_scale_larger_latency(tmp_path):
     numbers = xia.run_fig7(options(tmp_path, 4, 500), channels=(4,), scales=(0.5, 2.0))
-    assert numbers["larger_rho_larger_latency"]
+    assert numbers["larger_level_larger_latency"] and numbers["holds"]
+    latency = numbers["cumulative_latency_s"]
+    assert set(latency) == {"rho=0.5", "rho=2", "modified_cs_ucb", "random", "round_robin"}
+    # The fairness-unaware baseline schedules the fastest clients: the lowest latency.
+    assert numbers["modified_cs_ucb_lowest"]
+    assert latency["modified_cs_ucb"][0] < min(latency["rho=0.5"][0], latency["random"][0])
+
+
+def test_fig7_with_the_c_min_heuristic(tmp_path):
+    # §II.C's targets c_k = varphi N s_k / sum s: a larger varphi, a larger latency.
+    numbers = xia.run_fig7(
+        options(tmp_path, 4, 500), channels=(4,), scales=(0.1, 0.4), targets="c_min"
+    )
+    assert numbers["targets"] == "c_min"
+    assert set(numbers["r_star_dual"]) == {"varphi=0.1", "varphi=0.4"}
+    assert numbers["larger_level_larger_latency"]
+    assert (tmp_path / "xia_fig7_c_min_calibrated.png").exists()
+
+
+def test_fig7_refuses_unknown_targets(tmp_path):
+    with pytest.raises(ValueError, match="targets must be 'scale' or 'c_min'"):
+        xia.run_fig7(options(tmp_path, 1, 1), targets="rho")
+    assert not list(tmp_path.iterdir())

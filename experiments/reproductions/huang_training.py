@@ -11,15 +11,17 @@ same gamma_1): m = 8 clients selected at random with probabilities q' ~ Dir(gamm
 drawn once per run; gamma_2 in {0.1, 1, 10} next to uniform random. Claim: a higher
 gamma_2 (fairer selection) gives a higher final accuracy (spec §6.1).
 
-Figs. 6 and 7 (one run, panel (a): Fashion-MNIST, gamma_1 = 1): RBCS-F(V), random and
-FedCS(3) select the clients, as in the numerical study of `experiments.reproductions.huang`,
-and the exchange-time model of Sec. 6.1 (`envs.exchange_time`, Table I, m = 8, beta =
-0.15) drives the training environment as its `delay_env`: it gives each round's
-availability and contexts (which RBCS-F and FedCS(3) need), the clients' exchange times
-and the round time f(S_t, tau_t), whose cumulative sum is the time axis of Fig. 7 (spec
-§5.2). FedCS(3) has no cap at m (spec §4.1); its cohort never exceeded 14 in 10^5
-simulated rounds, so the training environment has 16 cohort slots and trains every
-client a policy selects. Fig. 6: accuracy against rounds; Fig. 7: against time.
+Figs. 6 and 7 (the six panels of Fig. 5: Fashion-MNIST or CIFAR-10, gamma_1 = 1, 10,
+iid): RBCS-F(V) for V in {1, 10, 20, 50, 100} (the spec's sweep; the paper names only
+20 and 50, in Figs. 7(e)-(f)), random and FedCS(3) select the clients, as in the
+numerical study of `experiments.reproductions.huang`, and the exchange-time model of
+Sec. 6.1 (`envs.exchange_time`, Table I, m = 8, beta = 0.15) drives the training
+environment as its `delay_env`: it gives each round's availability and contexts (which
+RBCS-F and FedCS(3) need), the clients' exchange times and the round time f(S_t, tau_t),
+whose cumulative sum is the time axis of Fig. 7 (spec §5.2). FedCS(3) has no cap at m
+(spec §4.1); its cohort never exceeded 14 in 10^5 simulated rounds, so the training
+environment has 16 cohort slots and trains every client a policy selects. Fig. 6:
+accuracy against rounds; Fig. 7: against time; panel x of both is one run.
 
 Offline stand-ins (the default, calibrated): Gaussian-mixture images (`fedjax_sel.data`
 "gaussian_mixture", noise 4) of 16x16x1 pixels with the paper's Fashion-MNIST CNN
@@ -29,7 +31,7 @@ flattened features instead of 1,600, as a round on 32x32x3 images takes ~20 s on
 CPU cores) for CIFAR-10; 50 examples per client instead of 500, batch 10, learning
 rate 0.003 (0.01 diverges on these unnormalised pixels); Fig. 5: 50 rounds x 3 trials
 (Fashion-MNIST stand-in) and 25 rounds x 2 trials (CIFAR-10 stand-in), Figs. 6-7: 50
-rounds x 2 trials, instead of the spec's 500 and 1,000 rounds.
+and 25 rounds x 2 trials, instead of the spec's 500 and 1,000 rounds.
 
 `Options.dataset` names a prepared tfds dataset instead: then the paper's images
 (28x28x1 or 32x32x3), the CNN that fits them (`cnn_cifar10` for three channels, else
@@ -60,7 +62,7 @@ from fedjax_sel.types import Decision, Env, Selector
 
 NUM_CLIENTS, NUM_SELECTED, FAIRNESS_RATE = 40, 8, 0.15
 GAMMA_2 = (0.1, 1.0, 10.0)
-PENALTY_WEIGHTS = (1, 20, 100)
+PENALTY_WEIGHTS = (1, 10, 20, 50, 100)
 # Cohort slots of the Figs. 6-7 training environment: FedCS(3) selects a varying number.
 FEDCS_SLOTS = 16
 # Datasets `Options.dataset` may name (images of at least 16x16 for the CNNs).
@@ -93,9 +95,15 @@ PAPER = {
     "fashion_mnist": Setting(None, "cnn_mnist", 0.01, 50, 500),
     "cifar10": Setting(None, "cnn_cifar10", 0.05, 50, 500),
 }
-# Default rounds and trials of Fig. 5 per family (the CIFAR-10 CNN is ~4x slower).
+# Default rounds and trials of Fig. 5 and of Figs. 6-7 per family (the CIFAR-10 CNN is
+# ~4x slower).
 FIG5_RUNS = {"fashion_mnist": (50, 3), "cifar10": (25, 2)}
-# Fig. 5's panels: the paper's dataset and gamma_1 (None: the i.i.d. split).
+SELECTION_RUNS = {"fashion_mnist": (50, 2), "cifar10": (25, 2)}
+# Figs. 7(e)-(f): "RBCS-F(20) outperforms RBCS-F(50) during the whole training process".
+TIME_PANELS_20_VS_50 = ("e", "f")
+# Figs. 6(e)-(f): RBCS-F beats FedCS(3) in round efficiency, "conspicuously" there.
+ROUND_PANELS_VS_FEDCS = ("e", "f")
+# The panels of Figs. 5, 6 and 7: the paper's dataset and gamma_1 (None: the i.i.d. split).
 PANELS = {
     "a": ("fashion_mnist", 1.0),
     "b": ("fashion_mnist", 10.0),
@@ -250,20 +258,26 @@ def selection_policies() -> dict[str, Selector]:
 
 
 @functools.lru_cache(maxsize=2)
-def _selection_results(options: Options) -> Results:
-    """The run behind Figs. 6 and 7, shared by the two figures within one process."""
-    images, setting = load_images(options, "fashion_mnist", 1.0)
+def _selection_results(panel: str, options: Options) -> Results:
+    """The run behind panel `panel` of Figs. 6 and 7, shared by the two within a process."""
+    family, gamma_1 = PANELS[panel]
+    images, setting = load_images(options, family, gamma_1)
     env = exchange_time_training(images, setting)
-    config = {"figure": "6-7", "dataset": options.dataset or "gaussian_mixture"}
-    return run_policies(selection_policies(), env, options, rounds=50, trials=2, config=config)
+    config = {"figure": f"6-7{panel}", "dataset": options.dataset or "gaussian_mixture"}
+    rounds, trials = SELECTION_RUNS[family]
+    return run_policies(
+        selection_policies(), env, options, rounds=rounds, trials=trials, config=config
+    )
 
 
-def _selection_numbers(results: Results) -> dict:
+def _selection_numbers(panel: str, options: Options, results: Results) -> dict:
     """Final accuracies, times to two targets and totals behind Figs. 6 and 7."""
     policies = results.policies
     final = {p: final_accuracy(results, p, last=10) for p in policies}
     low, high = 0.5 * min(final.values()), 0.9 * min(final.values())
     return {
+        "dataset": options.dataset or "gaussian_mixture",
+        "gamma_1": _gamma_label(PANELS[panel][1]),
         "num_rounds": results.num_rounds,
         "num_trials": results.num_trials,
         "final_accuracy": final,
@@ -280,37 +294,64 @@ def _selection_numbers(results: Results) -> dict:
             for p in policies
         },
         "total_time_s": {p: results.final(p, "cumulative_latency")[0] for p in policies},
-        "fedcs_mean_cohort": float(np.mean(results.curves["FedCS(3)"]["num_selected"]["mean"])),
+        # Clients selected per round, the sum of the selection fractions.
+        "mean_cohort": {p: float(np.sum(results.selection_fraction[p])) for p in policies},
     }
 
 
-def fig6(options: Options) -> dict:
+def _title(figure: str, panel: str, options: Options) -> str:
+    family, gamma_1 = PANELS[panel]
+    return (
+        f"Huang Fig. {figure}({panel}): {_dataset_label(options, family)}, "
+        f"gamma_1 = {_gamma_label(gamma_1)}"
+    )
+
+
+def _fig6(panel: str, options: Options) -> dict:
     """Fig. 6: test accuracy against rounds under RBCS-F(V), random and FedCS(3)."""
-    results = _selection_results(options)
-    numbers = _selection_numbers(results)
+    results = _selection_results(panel, options)
+    numbers = _selection_numbers(panel, options, results)
     final = numbers["final_accuracy"]
     by_v = [final[_rbcs(v)] for v in PENALTY_WEIGHTS]
     others = [p for p in final if p != "FedCS(3)"]
     numbers["smaller_v_higher_accuracy"] = bool(np.all(np.diff(by_v) < 0))
     numbers["random_best"] = bool(final["random"] >= max(final.values()))
     numbers["fedcs_worst"] = bool(final["FedCS(3)"] < min(final[p] for p in others))
-    rounds = [numbers["rounds_to_target"][_rbcs(v)]["high"] for v in PENALTY_WEIGHTS]
+    rounds = {p: numbers["rounds_to_target"][p]["high"] for p in final}
+    by_v_rounds = [rounds[_rbcs(v)] for v in PENALTY_WEIGHTS]
     numbers["higher_v_more_rounds"] = bool(
-        all(r is not None for r in rounds) and np.all(np.diff(rounds) >= 0)
+        all(r is not None for r in by_v_rounds) and np.all(np.diff(by_v_rounds) >= 0)
     )
-    path = os.path.join(options.output_dir, f"huang_training_fig6_{options.setting}.png")
-    title = f"Huang Fig. 6(a): {_dataset_label(options, 'fashion_mnist')}, gamma_1 = 1"
-    plot_accuracy(results, path, title, time_axis=False)
-    numbers["holds"] = (
-        numbers["smaller_v_higher_accuracy"] and numbers["random_best"] and numbers["fedcs_worst"]
+    # Never reaching the target counts as more rounds than any that does.
+    never = results.num_rounds + 1
+    numbers["rbcs_f_fewer_rounds_than_fedcs"] = bool(
+        all((rounds[_rbcs(v)] or never) < (rounds["FedCS(3)"] or never) for v in PENALTY_WEIGHTS)
     )
+    path = os.path.join(options.output_dir, f"huang_training_fig6{panel}_{options.setting}.png")
+    plot_accuracy(results, path, _title("6", panel, options), time_axis=False)
+    claims = ["smaller_v_higher_accuracy", "random_best", "fedcs_worst"]
+    if panel in ROUND_PANELS_VS_FEDCS:
+        claims.append("rbcs_f_fewer_rounds_than_fedcs")
+    numbers["holds"] = all(numbers[c] for c in claims)
     return numbers
 
 
-def fig7(options: Options) -> dict:
+def _rbcs_20_ahead_of_50(results: Results) -> tuple[list[float], bool]:
+    """Figs. 7(e)-(f): RBCS-F(20) reaches every accuracy level no later than RBCS-F(50).
+
+    "During the whole training process" is read on ten levels evenly spaced up to the
+    lower of the two final accuracies; returns the levels and whether the claim holds.
+    """
+    top = min(final_accuracy(results, _rbcs(v), last=10) for v in (20, 50))
+    levels = np.linspace(0.1, 1.0, 10) * top
+    ahead = all(time_to(results, _rbcs(20), a) <= time_to(results, _rbcs(50), a) for a in levels)
+    return levels.tolist(), bool(ahead)
+
+
+def _fig7(panel: str, options: Options) -> dict:
     """Fig. 7: test accuracy against the cumulative simulated round time."""
-    results = _selection_results(options)
-    numbers = _selection_numbers(results)
+    results = _selection_results(panel, options)
+    numbers = _selection_numbers(panel, options, results)
     times = numbers["time_to_target_s"]
     rbcs = [_rbcs(v) for v in PENALTY_WEIGHTS]
     numbers["fedcs_fastest_at_low_accuracy"] = bool(
@@ -322,44 +363,67 @@ def fig7(options: Options) -> dict:
     numbers["rbcs_f_between"] = bool(
         all(times["FedCS(3)"]["high"] < times[p]["high"] < times["random"]["high"] for p in rbcs)
     )
-    path = os.path.join(options.output_dir, f"huang_training_fig7_{options.setting}.png")
-    title = f"Huang Figs. 6-7(a): {_dataset_label(options, 'fashion_mnist')}, gamma_1 = 1"
-    plot_accuracy(results, path, title, time_axis=True)
-    numbers["holds"] = (
-        numbers["fedcs_fastest_at_low_accuracy"]
-        and numbers["random_slowest"]
-        and numbers["rbcs_f_between"]
-    )
+    levels, ahead = _rbcs_20_ahead_of_50(results)
+    numbers["levels_20_vs_50"] = levels
+    numbers["time_to_levels_s"] = {
+        _rbcs(v): [time_to(results, _rbcs(v), a) for a in levels] for v in (20, 50)
+    }
+    numbers["rbcs_f_20_ahead_of_50"] = ahead
+    path = os.path.join(options.output_dir, f"huang_training_fig7{panel}_{options.setting}.png")
+    plot_accuracy(results, path, _title("6-7", panel, options), time_axis=True)
+    claims = ["fedcs_fastest_at_low_accuracy", "random_slowest", "rbcs_f_between"]
+    if panel in TIME_PANELS_20_VS_50:
+        claims.append("rbcs_f_20_ahead_of_50")
+    numbers["holds"] = all(numbers[c] for c in claims)
     return numbers
 
 
+def _panel(panel: str) -> str:
+    family, gamma_1 = PANELS[panel]
+    return f"Panel ({panel}): {family}, gamma_1 = {_gamma_label(gamma_1)}."
+
+
 _FIG5_CLAIM = "Fairer selection (higher gamma_2) gives a higher final accuracy on non-i.i.d. data."
+_FIG6_CLAIM = (
+    "In rounds, a smaller V gives RBCS-F a higher final accuracy; random selection reaches "
+    "the best final accuracy and FedCS(3) the worst."
+)
+_FIG6_EF_CLAIM = " RBCS-F reaches a given accuracy in fewer rounds than FedCS(3)."
+_FIG7_CLAIM = (
+    "In training time, FedCS(3) is fastest while accuracy is low, random slowest, and "
+    "RBCS-F between them."
+)
+_FIG7_EF_CLAIM = " RBCS-F(20) is ahead of RBCS-F(50) during the whole training."
 FIGURES = {
     **{
         f"5{panel}": Figure(
-            claim=f"{_FIG5_CLAIM} Panel ({panel}): {family}, gamma_1 = {_gamma_label(g)}.",
+            claim=f"{_FIG5_CLAIM} {_panel(panel)}",
             run=functools.partial(_fig5, panel),
             settings=("calibrated",),
             datasets=DATASETS,
         )
-        for panel, (family, g) in PANELS.items()
+        for panel in PANELS
     },
-    "6": Figure(
-        claim=(
-            "In rounds, a smaller V gives RBCS-F a higher final accuracy; random selection "
-            "reaches the best final accuracy and FedCS(3) the worst."
-        ),
-        run=fig6,
-        settings=("calibrated",),
-        datasets=DATASETS,
-    ),
-    "7": Figure(
-        claim=(
-            "In training time, FedCS(3) is fastest while accuracy is low, random slowest, and "
-            "RBCS-F between them."
-        ),
-        run=fig7,
-        settings=("calibrated",),
-        datasets=DATASETS,
-    ),
+    **{
+        f"6{panel}": Figure(
+            claim=_FIG6_CLAIM
+            + (_FIG6_EF_CLAIM if panel in ROUND_PANELS_VS_FEDCS else "")
+            + f" {_panel(panel)}",
+            run=functools.partial(_fig6, panel),
+            settings=("calibrated",),
+            datasets=DATASETS,
+        )
+        for panel in PANELS
+    },
+    **{
+        f"7{panel}": Figure(
+            claim=_FIG7_CLAIM
+            + (_FIG7_EF_CLAIM if panel in TIME_PANELS_20_VS_50 else "")
+            + f" {_panel(panel)}",
+            run=functools.partial(_fig7, panel),
+            settings=("calibrated",),
+            datasets=DATASETS,
+        )
+        for panel in PANELS
+    },
 }

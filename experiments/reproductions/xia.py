@@ -270,56 +270,97 @@ def run_fig5(options: Options) -> dict:
     return numbers
 
 
+def _fig7_targets(targets: str, level: float, shares: np.ndarray, n: int) -> np.ndarray:
+    """c of Fig. 7 at one level: rho s_k / sum s (§V), or §II.C's heuristic at varphi."""
+    if targets == "scale":
+        return level * shares
+    return fairness_lp.heuristic_targets(shares, n, c_min=level * n * shares.min() / shares.sum())
+
+
 def run_fig7(
     options: Options,
     channels: tuple[int, ...] = FIG7_CHANNELS,
     scales: tuple[float, ...] = FIG7_SCALES,
+    targets: str = "scale",
 ) -> dict:
-    """Fig. 7: cumulative latency against N for fairness scales rho, K = 20.
+    """Fig. 7: cumulative latency against N for fairness levels, K = 20, and the baselines.
 
-    c_k = rho s_k / sum s with data shares s drawn once from Dirichlet(1, ..., 1) (seed
-    0; the paper gives no sizes), beta = 0.01, alpha_k = 0.9, one fixed geometry (seed 0).
+    c_k = rho s_k / sum s (`targets="scale"`, §V, the default) with data shares s drawn
+    once from Dirichlet(1, ..., 1) (seed 0; the paper gives no sizes), or §II.C's
+    heuristic (`targets="c_min"`, `fairness_lp.heuristic_targets`) with c_min = varphi N
+    min s / sum s, `scales` then holding the varphi values; beta = 0.01, alpha_k = 0.9,
+    one fixed geometry (seed 0). "Different algorithms" (the caption) are CS-UCB-Q per
+    level next to the fairness-unaware modified CS-UCB and the availability-restricted
+    random and round-robin scheduling of Fig. 6 (spec §4.6), whose runs do not depend
+    on the level.
     """
+    if targets not in ("scale", "c_min"):
+        raise ValueError(f"targets must be 'scale' or 'c_min', got {targets!r}.")
     rounds, trials = options.num_rounds or 20000, options.num_trials or 100
     shares = np.random.default_rng(0).dirichlet(np.ones(20))
     tau = _deadline(options)
-    latency, gaps, r_stars, dual_gaps = {}, {}, {}, {}
-    for rho in scales:
-        latency[rho], gaps[rho], r_stars[rho], dual_gaps[rho] = [], [], [], []
-        for n in channels:
-            env = wireless_latency(
-                20, n, preset=options.setting, geometry_seed=0, availability=AVAILABILITY
+    symbol = "rho" if targets == "scale" else "varphi"
+    levels = [f"{symbol}={x:g}" for x in scales]
+    baselines = ("modified_cs_ucb", "random", "round_robin")
+    latency = {name: [] for name in (*levels, *baselines)}
+    gaps, r_stars, dual_gaps = ({name: [] for name in levels} for _ in range(3))
+    for n in channels:
+        env = wireless_latency(
+            20, n, preset=options.setting, geometry_seed=0, availability=AVAILABILITY
+        )
+        means = np.asarray(env.reset(None).means, np.float64)
+        policies = {
+            "modified_cs_ucb": bandits.modified_cs_ucb(20, n),
+            "random": bandits.random(20, n),
+            "round_robin": bandits.group_round_robin(20, n),
+        }
+        fairness = {}
+        for name, x in zip(levels, scales, strict=True):
+            fairness[name] = _fig7_targets(targets, x, shares, n)
+            policies[name] = bandits.cs_ucb_q(
+                20, n, fairness[name], beta=0.01, availability=AVAILABILITY
             )
-            sel = bandits.cs_ucb_q(20, n, rho * shares, beta=0.01, availability=AVAILABILITY)
-            res = fedjax_sel.simulate(sel, env, rounds, trials, seed=options.seed, progress=None)
-            latency[rho].append(res.final("policy", "cumulative_latency")[0])
-            means = np.asarray(env.reset(None).means, np.float64)
+        res = fedjax_sel.simulate(policies, env, rounds, trials, seed=options.seed, progress=None)
+        for name in latency:
+            latency[name].append(res.final(name, "cumulative_latency")[0])
+        for name in levels:
             r_star = fairness_lp.optimal_fair_value_dual(
-                means, rho * shares, n, AVAILABILITY, num_patterns=4096
+                means, fairness[name], n, AVAILABILITY, num_patterns=4096
             )
-            expected = res.curve("policy", "extra/expected_reward")[0].sum()
-            r_stars[rho].append(r_star.value)
-            dual_gaps[rho].append(r_star.gap)
-            gaps[rho].append(tau * (rounds * r_star.value - expected))
+            expected = res.curve(name, "extra/expected_reward")[0].sum()
+            r_stars[name].append(r_star.value)
+            dual_gaps[name].append(r_star.gap)
+            gaps[name].append(tau * (rounds * r_star.value - expected))
     fig, ax = pyplot().subplots(figsize=(5, 3.8))
-    for rho, values in latency.items():
-        ax.plot(channels, values, "o-", label=f"rho={rho:g}")
+    for name, values in latency.items():
+        style = "o-" if name in levels else "s--"
+        label = f"CS-UCB-Q, {name}" if name in levels else name
+        ax.plot(channels, values, style, label=label)
     ax.set_xlabel("channels N")
     ax.set_ylabel(f"cumulative latency, T={rounds} [s]")
-    ax.legend()
-    rows = np.asarray([latency[rho] for rho in scales])
-    larger_rho_slower = bool(np.all(np.diff(rows, axis=0) > 0))
+    ax.legend(fontsize=7)
+    rows = np.asarray([latency[name] for name in levels])
+    larger_level_slower = bool(np.all(np.diff(rows, axis=0) > 0))
+    lowest = bool(np.all(np.asarray(latency["modified_cs_ucb"]) < rows.min(axis=0)))
+    below = {
+        name: bool(np.all(rows[i] < np.minimum(latency["random"], latency["round_robin"])))
+        for i, name in enumerate(levels)
+    }
+    suffix = "" if targets == "scale" else "_c_min"
     return {
         "num_rounds": rounds,
         "num_trials": trials,
         "channels": list(channels),
-        "cumulative_latency_s": {f"rho={rho:g}": v for rho, v in latency.items()},
-        "r_star_dual": {f"rho={rho:g}": v for rho, v in r_stars.items()},
-        "r_star_dual_optimality_gap": {f"rho={rho:g}": v for rho, v in dual_gaps.items()},
-        "gap_s_vs_r_star": {f"rho={rho:g}": v for rho, v in gaps.items()},
-        "larger_rho_larger_latency": larger_rho_slower,
-        "figure_path": _save(fig, options, "7"),
-        "holds": larger_rho_slower,
+        "targets": targets,
+        "cumulative_latency_s": latency,
+        "r_star_dual": r_stars,
+        "r_star_dual_optimality_gap": dual_gaps,
+        "gap_s_vs_r_star": gaps,
+        "larger_level_larger_latency": larger_level_slower,
+        "modified_cs_ucb_lowest": lowest,
+        "cs_ucb_q_below_random_and_round_robin": below,
+        "figure_path": _save(fig, options, "7" + suffix),
+        "holds": larger_level_slower,
     }
 
 
@@ -557,7 +598,9 @@ FIGURES = {
         "CS-UCB violate it throughout.",
         run_fig5,
     ),
-    "7": Figure("A larger fairness scale rho gives a larger cumulative latency.", run_fig7),
+    "7": Figure(
+        "A larger fairness scale rho gives CS-UCB-Q a larger cumulative latency.", run_fig7
+    ),
     "thm3": Figure(
         "With beta = 1/sqrt(T), CS-UCB-Q's time-average backlog is at most Xi/epsilon and "
         "its fairness violation at most sqrt(2 Xi / T) (Theorem 3, eqs. 58-59).",
