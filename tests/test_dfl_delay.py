@@ -1,5 +1,6 @@
 """The edge-server DFL delay environment (Chen et al., 2025, Secs. 3.2 and 7.1)."""
 
+import functools
 import itertools
 
 import jax
@@ -92,6 +93,16 @@ def test_delay_distribution_matches_numpy(kwargs, noise_dbm):
         )
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _oracle_and_every_schedule(env, state, every, t):
+    """Round t's oracle decision, its statistics, and the statistics of every schedule
+    (rows of `every`), under the same draws."""
+    inp = env.observe(state, t, jax.random.fold_in(jax.random.PRNGKey(10), t))
+    best = env.oracle(state, inp)
+    step = lambda sel: env.step(state, inp, Decision(sel), jax.random.PRNGKey(0))[2]
+    return best, step(best.selected), jax.vmap(step)(jnp.asarray(every))
+
+
 def test_oracle_is_the_brute_force_best_per_server_schedule():
     env = envs.dfl_delay(8, 2, num_servers=2, model_bits=5e6, area_m=5000.0)
     state = env.reset(jax.random.PRNGKey(1))
@@ -101,15 +112,8 @@ def test_oracle_is_the_brute_force_best_per_server_schedule():
         every[i, list(a)] = True
         every[i, [4 + j for j in b]] = True
 
-    @jax.jit
-    def round_of(t):
-        inp = env.observe(state, t, jax.random.fold_in(jax.random.PRNGKey(10), t))
-        best = env.oracle(state, inp)
-        step = lambda sel: env.step(state, inp, Decision(sel), jax.random.PRNGKey(0))[2]
-        return best, step(best.selected), jax.vmap(step)(jnp.asarray(every))
-
     for t in range(1, 6):
-        best, stats, all_stats = round_of(t)
+        best, stats, all_stats = _oracle_and_every_schedule(env, state, every, t)
         assert np.sum(best.selected[:4]) == 2 and np.sum(best.selected[4:]) == 2
         np.testing.assert_array_equal(
             best.assignment, np.where(best.selected, [0] * 4 + [1] * 4, -1)
@@ -186,15 +190,8 @@ def test_unequal_cells_oracle_is_the_brute_force_best_schedule():
             every.append(row)
     server = np.repeat(np.arange(3), sizes)
 
-    @jax.jit
-    def round_of(t):
-        inp = env.observe(state, t, jax.random.fold_in(jax.random.PRNGKey(10), t))
-        best = env.oracle(state, inp)
-        step = lambda sel: env.step(state, inp, Decision(sel), jax.random.PRNGKey(0))[2]
-        return best, step(best.selected), jax.vmap(step)(jnp.asarray(every))
-
     for t in range(1, 6):
-        best, stats, all_stats = round_of(t)
+        best, stats, all_stats = _oracle_and_every_schedule(env, state, every, t)
         np.testing.assert_array_equal(np.bincount(server[best.selected], minlength=3), [1, 2, 2])
         np.testing.assert_array_equal(best.assignment, np.where(best.selected, server, -1))
         assert float(stats.latency) == pytest.approx(float(np.min(all_stats.latency)))

@@ -394,36 +394,24 @@ _FIG7_CLAIM = (
     "RBCS-F between them."
 )
 _FIG7_EF_CLAIM = " RBCS-F(20) is ahead of RBCS-F(50) during the whole training."
+
+
+def _panels(figure, claim, remark, remark_panels, run) -> dict[str, Figure]:
+    """Figure `figure`'s panels (a)-(f): its `claim`, with the paper's `remark` added in
+    `remark_panels`, each run by `run(panel, options)`."""
+    return {
+        f"{figure}{panel}": Figure(
+            claim=claim + (remark if panel in remark_panels else "") + f" {_panel(panel)}",
+            run=functools.partial(run, panel),
+            settings=("calibrated",),
+            datasets=DATASETS,
+        )
+        for panel in PANELS
+    }
+
+
 FIGURES = {
-    **{
-        f"5{panel}": Figure(
-            claim=f"{_FIG5_CLAIM} {_panel(panel)}",
-            run=functools.partial(_fig5, panel),
-            settings=("calibrated",),
-            datasets=DATASETS,
-        )
-        for panel in PANELS
-    },
-    **{
-        f"6{panel}": Figure(
-            claim=_FIG6_CLAIM
-            + (_FIG6_EF_CLAIM if panel in ROUND_PANELS_VS_FEDCS else "")
-            + f" {_panel(panel)}",
-            run=functools.partial(_fig6, panel),
-            settings=("calibrated",),
-            datasets=DATASETS,
-        )
-        for panel in PANELS
-    },
-    **{
-        f"7{panel}": Figure(
-            claim=_FIG7_CLAIM
-            + (_FIG7_EF_CLAIM if panel in TIME_PANELS_20_VS_50 else "")
-            + f" {_panel(panel)}",
-            run=functools.partial(_fig7, panel),
-            settings=("calibrated",),
-            datasets=DATASETS,
-        )
-        for panel in PANELS
-    },
+    **_panels("5", _FIG5_CLAIM, "", (), _fig5),
+    **_panels("6", _FIG6_CLAIM, _FIG6_EF_CLAIM, ROUND_PANELS_VS_FEDCS, _fig6),
+    **_panels("7", _FIG7_CLAIM, _FIG7_EF_CLAIM, TIME_PANELS_20_VS_50, _fig7),
 }
