@@ -35,6 +35,7 @@ import fedjax_sel
 from experiments.reproductions import Figure, Options
 from fedjax_sel import envs
 from fedjax_sel.plot import plot, pyplot, save
+from fedjax_sel.results import Z95
 
 NUM_CLIENTS, NUM_SELECTED, FAIRNESS_RATE = 40, 8, 0.15
 PENALTY_WEIGHTS = (1, 10, 20, 50, 100)
@@ -486,7 +487,7 @@ def lemma1_coverage(options: Options) -> dict:
         "alpha_T": float(theory(rounds)),
         "table": [],
     }
-    half = 1.96 * np.sqrt(THM3_CONFIDENCE * (1 - THM3_CONFIDENCE) / trials)
+    half = Z95 * np.sqrt(THM3_CONFIDENCE * (1 - THM3_CONFIDENCE) / trials)
     for name, (selector, exploration) in runs.items():
         out = confidence_coverage(env, selector, exploration, clip, rounds, trials, options.seed)
         all_clients = float(out["covered"].all(axis=1).mean())
@@ -505,7 +506,7 @@ def lemma1_coverage(options: Options) -> dict:
     ax.set_title(f"Lemma 1 ({options.setting}, {trials} trials)")
     ax.legend()
     numbers["png"] = _save(fig, options, "lemma1")
-    # Coverage at least 1 - delta, less 1.96 standard errors of a binomial at 1 - delta.
+    # Coverage at least 1 - delta, less Z95 standard errors of a binomial at 1 - delta.
     numbers["holds"] = bool(
         numbers["lemma1_alpha"]["coverage_all_clients"] >= 1 - THM3_CONFIDENCE - half
     )

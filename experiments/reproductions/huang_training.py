@@ -327,25 +327,36 @@ def _fig6(panel: str, options: Options) -> dict:
     numbers["rbcs_f_fewer_rounds_than_fedcs"] = bool(
         all((rounds[_rbcs(v)] or never) < (rounds["FedCS(3)"] or never) for v in PENALTY_WEIGHTS)
     )
-    path = os.path.join(options.output_dir, f"huang_training_fig6{panel}_{options.setting}.png")
-    plot_accuracy(results, path, _title("6", panel, options), time_axis=False)
     claims = ["smaller_v_higher_accuracy", "random_best", "fedcs_worst"]
     if panel in ROUND_PANELS_VS_FEDCS:
         claims.append("rbcs_f_fewer_rounds_than_fedcs")
+    return _plotted(numbers, results, claims, "6", panel, options)
+
+
+def _plotted(numbers, results, claims, figure, panel, options) -> dict:
+    """`numbers` with "holds" (every one of `claims`), after plotting Fig. `figure`
+    ("6": accuracy against rounds, "7": against time, titled as Figs. 6-7) of `panel`."""
+    path = os.path.join(
+        options.output_dir, f"huang_training_fig{figure}{panel}_{options.setting}.png"
+    )
+    title = _title("6" if figure == "6" else "6-7", panel, options)
+    plot_accuracy(results, path, title, time_axis=figure == "7")
     numbers["holds"] = all(numbers[c] for c in claims)
     return numbers
 
 
-def _rbcs_20_ahead_of_50(results: Results) -> tuple[list[float], bool]:
+def _rbcs_20_ahead_of_50(results: Results) -> tuple[list[float], dict, bool]:
     """Figs. 7(e)-(f): RBCS-F(20) reaches every accuracy level no later than RBCS-F(50).
 
     "During the whole training process" is read on ten levels evenly spaced up to the
-    lower of the two final accuracies; returns the levels and whether the claim holds.
+    lower of the two final accuracies; returns the levels, each policy's times to them
+    and whether the claim holds.
     """
     top = min(final_accuracy(results, _rbcs(v), last=10) for v in (20, 50))
     levels = np.linspace(0.1, 1.0, 10) * top
-    ahead = all(time_to(results, _rbcs(20), a) <= time_to(results, _rbcs(50), a) for a in levels)
-    return levels.tolist(), bool(ahead)
+    times = {_rbcs(v): [time_to(results, _rbcs(v), a) for a in levels] for v in (20, 50)}
+    ahead = all(a <= b for a, b in zip(times[_rbcs(20)], times[_rbcs(50)], strict=True))
+    return levels.tolist(), times, bool(ahead)
 
 
 def _fig7(panel: str, options: Options) -> dict:
@@ -363,19 +374,14 @@ def _fig7(panel: str, options: Options) -> dict:
     numbers["rbcs_f_between"] = bool(
         all(times["FedCS(3)"]["high"] < times[p]["high"] < times["random"]["high"] for p in rbcs)
     )
-    levels, ahead = _rbcs_20_ahead_of_50(results)
+    levels, times, ahead = _rbcs_20_ahead_of_50(results)
     numbers["levels_20_vs_50"] = levels
-    numbers["time_to_levels_s"] = {
-        _rbcs(v): [time_to(results, _rbcs(v), a) for a in levels] for v in (20, 50)
-    }
+    numbers["time_to_levels_s"] = times
     numbers["rbcs_f_20_ahead_of_50"] = ahead
-    path = os.path.join(options.output_dir, f"huang_training_fig7{panel}_{options.setting}.png")
-    plot_accuracy(results, path, _title("6-7", panel, options), time_axis=True)
     claims = ["fedcs_fastest_at_low_accuracy", "random_slowest", "rbcs_f_between"]
     if panel in TIME_PANELS_20_VS_50:
         claims.append("rbcs_f_20_ahead_of_50")
-    numbers["holds"] = all(numbers[c] for c in claims)
-    return numbers
+    return _plotted(numbers, results, claims, "7", panel, options)
 
 
 def _panel(panel: str) -> str:

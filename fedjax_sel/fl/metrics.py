@@ -17,6 +17,13 @@ def _first_round(results: Results, policy: str, target: float, metric: str = "ac
     return int(reached[0]) + 1 if reached.size else None
 
 
+def _time_at(results: Results, policy: str, t: int | None) -> float | None:
+    """The mean cumulative latency (s) after round t (1-based); None for None."""
+    if t is None:
+        return None
+    return float(results.curves[policy]["cumulative_latency"]["mean"][t - 1])
+
+
 def rounds_to_accuracy(results: Results, policy: str, target: float) -> int | None:
     """The first round (1-based) whose mean test accuracy over trials reaches `target`.
 
@@ -37,10 +44,7 @@ def time_to_accuracy(results: Results, policy: str, target: float) -> float | No
     Returns:
       Seconds, or None if the mean accuracy never reaches `target`.
     """
-    t = _first_round(results, policy, target)
-    if t is None:
-        return None
-    return float(results.curves[policy]["cumulative_latency"]["mean"][t - 1])
+    return _time_at(results, policy, _first_round(results, policy, target))
 
 
 def time_to_loss(results: Results, policy: str, target: float) -> float | None:
@@ -50,7 +54,4 @@ def time_to_loss(results: Results, policy: str, target: float) -> float | None:
     Returns:
       Seconds, or None if the mean loss never reaches `target`.
     """
-    t = _first_round(results, policy, target, "loss")
-    if t is None:
-        return None
-    return float(results.curves[policy]["cumulative_latency"]["mean"][t - 1])
+    return _time_at(results, policy, _first_round(results, policy, target, "loss"))

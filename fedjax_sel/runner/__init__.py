@@ -184,10 +184,16 @@ def simulate(
         "metrics": list(layout.curves),
         "config": config,
     }
+    # What a checkpoint and the processes compare: the environment's and each policy's.
+    prints = None
+    if group.count > 1 or checkpoint_dir is not None:
+        prints = {"environment": fingerprint.environment(env, keys)}
+        prints["policies"] = {n: fingerprint.policy(s, env, keys) for n, s in policies.items()}
     if group.count > 1:
-        group.check_same_run(
-            _run_description(policies, env, keys, run_config, rounds_per_chunk), len(devices)
+        description = json.dumps(
+            {**run_config, "rounds_per_chunk": rounds_per_chunk, **prints}, sort_keys=True
         )
+        group.check_same_run(description, len(devices))
 
     mesh = Mesh(np.asarray(devices), ("trials",))
     keys = jax.device_put(keys, NamedSharding(mesh, PartitionSpec()))
@@ -216,9 +222,7 @@ def simulate(
     if checkpoint_dir is not None:
         error = None
         try:
-            files = _checkpoint_files(
-                checkpoint_dir, policies, env, keys, run_config, len(devices), group
-            )
+            files = _checkpoint_files(checkpoint_dir, prints, run_config, len(devices), group)
         except ValueError as e:
             error = str(e)
         group.agree(error)
@@ -275,20 +279,6 @@ def _local_devices(devices, num_trials: int, group: processes.Group) -> list:
     return devices
 
 
-def _run_description(policies, env, run_keys, run_config, rounds_per_chunk) -> str:
-    """What every process of a run must agree on: the run's configuration and the
-    fingerprints of its environment and policies."""
-    return json.dumps(
-        {
-            **run_config,
-            "rounds_per_chunk": rounds_per_chunk,
-            "environment": fingerprint.environment(env, run_keys),
-            "policies": {n: fingerprint.policy(s, env, run_keys) for n, s in policies.items()},
-        },
-        sort_keys=True,
-    )
-
-
 def _trials_per_chunk(
     policies,
     env,
@@ -341,23 +331,23 @@ class _Plan(NamedTuple):
     local_trials: int  # trials of a chunk this process simulates, padding included
 
 
-def _checkpoint_files(checkpoint_dir, policies, env, run_keys, run_config, num_devices, group):
-    """policy -> (path, identity) of this process's checkpoint file; raises ValueError,
+def _checkpoint_files(checkpoint_dir, prints, run_config, num_devices, group):
+    """policy -> (path, identity) of this process's checkpoint file, `prints` holding the
+    fingerprints of the environment and of each policy; raises ValueError,
     before anything runs, if a file already there holds another run or cannot be read
     (`checkpoints.check_identity`), or if the directory holds the policy's files of a run
     with another number of processes."""
     import fedjax_sel
 
     os.makedirs(checkpoint_dir, exist_ok=True)
-    env_print = fingerprint.environment(env, run_keys)
     present = os.listdir(checkpoint_dir)
     files = {}
-    for name, sel in policies.items():
+    for name, policy_print in prints["policies"].items():
         identity = {
             **{k: v for k, v in run_config.items() if k != "policies"},
             "policy": name,
-            "policy_fingerprint": fingerprint.policy(sel, env, run_keys),
-            "environment_fingerprint": env_print,
+            "policy_fingerprint": policy_print,
+            "environment_fingerprint": prints["environment"],
             # A chunk's saved state holds the trials of this process's devices' blocks.
             "num_devices": num_devices,
             "num_processes": group.count,
