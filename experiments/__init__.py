@@ -3,7 +3,7 @@
 Importable without flags, so that tests and notebooks call the same code as
 `python -m launch.<script>` (the scripts in `launch/` only parse flags):
 
-- `experiments.reference`: NumPy references of the policies, timed against JAX;
+- `experiments.references`: NumPy references of the policies, timed against JAX;
 - `experiments.bench`: the throughput suite against those references, and timing helpers;
 - `experiments.sweep`: a sweep of registered policies on a registered environment;
 - `experiments.training_benchmark`: one training round against a plain NumPy round;

@@ -4,7 +4,8 @@ The logic of `launch/bench.py`, `launch/memory_run.py` and `launch/xia_speed.py`
 their docstrings), importable without flags. `measure` times a call (wall, CPU and
 compile seconds, from JAX's own compile events) and its peak resident memory;
 `run_suite` measures every (policy, N, M) cell of a grid against the policy's NumPy
-reference (`experiments.reference`).
+reference (`experiments.references`): the stationary policies at every N of the grid,
+the papers' policies (`references.PAPER`) at their papers' N.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import numpy as np
 
 import bandits
 import fedjax_sel
-from experiments import beyond_reference, reference
+from experiments import references
+from experiments.references import beyond, qu, stationary, xia
 from fedjax_sel import envs, validation
 from fedjax_sel.envs import wireless_latency
 from fedjax_sel.envs.wireless_latency import PRESETS
@@ -165,12 +167,12 @@ def bench_numpy(
     """Runs the NumPy reference for `num_trials` trials, or more if they took less than
     `min_seconds`: then again with as many trials as fill `min_seconds` at that pace (a
     run of a few milliseconds measures noise more than the reference). `tie_break` is
-    the reference's (`reference.TIE_BREAKS`)."""
+    the reference's (`stationary.TIE_BREAKS`)."""
     k = max(1, num_clients // 10)
 
     def run(trials):
         return measure(
-            lambda: reference.simulate(policy, num_clients, k, num_rounds, trials, seed, tie_break)
+            lambda: stationary.simulate(policy, num_clients, k, num_rounds, trials, seed, tie_break)
         )
 
     r = run(num_trials)
@@ -185,6 +187,59 @@ def bench_numpy(
         "client_rounds_per_cpu_s": num_trials * num_rounds * num_clients / r["cpu_s"],
         "peak_rss_bytes": r["peak_rss_bytes"],
         "added_rss_bytes": r["added_rss_bytes"],
+    }
+
+
+def bench_paper_jax(
+    case: references.Case, num_trials: int, num_rounds: int, repeats: int, seed: int = 0
+) -> dict[str, Any]:
+    """A paper policy's jitted run (`case.jax_run`): built once, called once to compile,
+    then `repeats` more times; median run time, and the mean metrics of the last call."""
+    call = case.jax_run(num_trials, num_rounds, seed)
+    out = {}
+
+    def run():
+        out["metrics"] = call()
+
+    first = measure(run)
+    runs = [measure(run) for _ in range(repeats)]
+    timing = jax_timing(first, runs, num_trials * num_rounds * case.num_clients)
+    return {**timing, "metrics": out["metrics"]}
+
+
+def bench_paper_numpy(
+    case: references.Case,
+    num_trials: int,
+    num_rounds: int,
+    seed: int = 0,
+    min_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """A paper policy's NumPy reference (`case.numpy_trial`) for `num_trials` trials one
+    after another, or as many as fill `min_seconds` when those take less (as `bench_numpy`);
+    the mean of each metric over the trials of the last run."""
+
+    def run(trials):
+        rng = np.random.default_rng(seed)
+        runs = []
+        timed = measure(
+            lambda: runs.extend(case.numpy_trial(rng, num_rounds) for _ in range(trials))
+        )
+        return timed, runs
+
+    r, runs = run(num_trials)
+    if r["wall_s"] < min_seconds:
+        num_trials = math.ceil(num_trials * min_seconds / max(r["wall_s"], 1e-6))
+        r, runs = run(num_trials)
+    work = num_trials * num_rounds * case.num_clients
+    return {
+        "trials": num_trials,
+        "run_s": r["wall_s"],
+        "tie_break": "-",
+        "client_rounds_per_s": work / r["wall_s"],
+        "client_rounds_per_cpu_s": work / r["cpu_s"],
+        "peak_rss_bytes": r["peak_rss_bytes"],
+        "added_rss_bytes": r["added_rss_bytes"],
+        "metrics": {name: float(np.mean([t[name] for t in runs])) for name in runs[0]},
     }
 
 
@@ -204,18 +259,40 @@ def run_suite(
 ) -> dict[str, Any]:
     """Every cell of the grid; cells over `max_client_rounds` are listed as skipped."""
     for name in policies:
-        if name not in reference.REGISTRY:
+        if name not in stationary.REGISTRY and name not in references.PAPER:
             raise ValueError(
-                f"policies: {name!r} is not a policy with a NumPy reference on the stationary "
-                f"environment; choose from {sorted(reference.REGISTRY)}."
+                f"policies: {name!r} is not a policy with a NumPy reference; choose from "
+                f"{sorted(stationary.REGISTRY)} (the stationary environment, at every N of "
+                f"num_clients) or {sorted(references.PAPER)} (their papers' settings)."
             )
-    if reference_tie_break not in reference.TIE_BREAKS:
+    if reference_tie_break not in stationary.TIE_BREAKS:
         raise ValueError(
-            f"reference_tie_break must be one of {reference.TIE_BREAKS}, "
+            f"reference_tie_break must be one of {stationary.TIE_BREAKS}, "
             f"got {reference_tie_break!r}."
         )
+    num_rounds = validation.positive_int("num_rounds", num_rounds)
+    repeats = validation.positive_int("repeats", repeats)
+    reference_trials = validation.positive_int("reference_trials", reference_trials)
     cells, skipped = [], []
     for policy in policies:
+        if policy in references.PAPER:
+            case = references.PAPER[policy]
+            numpy_cell = None
+            for m in num_trials:
+                size = {"policy": policy, "num_clients": case.num_clients, "num_trials": m}
+                if m * num_rounds * case.num_clients > max_client_rounds:
+                    skipped.append(size)
+                    continue
+                if numpy_cell is None:
+                    numpy_cell = bench_paper_numpy(
+                        case, reference_trials, num_rounds, seed, reference_seconds
+                    )
+                result = bench_paper_jax(case, m, num_rounds, repeats, seed)
+                cell = {**size, "setting": case.setting, "num_rounds": num_rounds}
+                cells.append(_cell(cell, result, numpy_cell))
+                log(_row(cells[-1]))
+                log(_metrics_row(cells[-1]))
+            continue
         for n in num_clients:
             numpy_cell = None
             for m in num_trials:
@@ -234,20 +311,22 @@ def run_suite(
                         reference_tie_break,
                     )
                 result = bench_jax(policy, n, m, num_rounds, repeats, seed, memory_budget_bytes)
-                cell = {
-                    **size,
-                    "num_selected": max(1, n // 10),
-                    "num_rounds": num_rounds,
-                    "load_average": os.getloadavg()[0],
-                    "jax": result,
-                    "numpy": numpy_cell,
-                    "ratio": result["client_rounds_per_s"] / numpy_cell["client_rounds_per_s"],
-                    "cpu_ratio": result["client_rounds_per_cpu_s"]
-                    / numpy_cell["client_rounds_per_cpu_s"],
-                }
-                cells.append(cell)
-                log(_row(cell))
+                cell = {**size, "num_selected": max(1, n // 10), "num_rounds": num_rounds}
+                cells.append(_cell(cell, result, numpy_cell))
+                log(_row(cells[-1]))
     return {"machine": machine(), "num_rounds": num_rounds, "cells": cells, "skipped": skipped}
+
+
+def _cell(cell: dict[str, Any], jax_side: dict[str, Any], numpy_side: dict[str, Any]) -> dict:
+    """A cell of `run_suite`: its sizes, both sides' numbers, their ratios, the load."""
+    return {
+        **cell,
+        "load_average": os.getloadavg()[0],
+        "jax": jax_side,
+        "numpy": numpy_side,
+        "ratio": jax_side["client_rounds_per_s"] / numpy_side["client_rounds_per_s"],
+        "cpu_ratio": jax_side["client_rounds_per_cpu_s"] / numpy_side["client_rounds_per_cpu_s"],
+    }
 
 
 HEADER = (
@@ -258,7 +337,7 @@ HEADER = (
 
 def _row(cell: dict[str, Any]) -> str:
     mb = lambda b: f"{b / 2**20:.0f}" if b else "n/a"
-    ties = cell["numpy"]["tie_break"] if cell["policy"] in reference.TIE_BREAKING else "-"
+    ties = cell["numpy"]["tie_break"] if cell["policy"] in stationary.TIE_BREAKING else "-"
     return (
         f"| {cell['policy']} | {cell['num_clients']} | {cell['num_trials']} | "
         f"{cell['jax']['client_rounds_per_s']:.3g} | "
@@ -274,6 +353,27 @@ def markdown_table(results: dict[str, Any]) -> str:
     lines = [HEADER, "|" + "---|" * (HEADER.count("|") - 1)]
     lines += [_row(cell) for cell in results["cells"]]
     return "\n".join(lines)
+
+
+METRICS_HEADER = (
+    "| policy | trials | setting (N is the paper's: --num_clients does not apply) | "
+    "metric: JAX mean / NumPy mean |"
+)
+
+
+def _metrics_row(cell: dict[str, Any]) -> str:
+    jax_means, numpy_means = cell["jax"]["metrics"], cell["numpy"]["metrics"]
+    pairs = ", ".join(f"{k}: {jax_means[k]:.4g} / {numpy_means[k]:.4g}" for k in jax_means)
+    return f"| {cell['policy']} | {cell['num_trials']} | {cell['setting']} | {pairs} |"
+
+
+def metrics_table(results: dict[str, Any]) -> str:
+    """The paper cells of `run_suite` (those with a `setting`): the mean metrics of the jitted
+    run and of the reference, side by side, as a Markdown table; empty without such cells."""
+    rows = [_metrics_row(cell) for cell in results["cells"] if "setting" in cell]
+    if not rows:
+        return ""
+    return "\n".join([METRICS_HEADER, "|" + "---|" * (METRICS_HEADER.count("|") - 1), *rows])
 
 
 def memory_run(
@@ -332,10 +432,10 @@ def xia_speed(
     """CS-UCB on Xia et al.'s latency model (Fig. 1: K = 20, N = 5), jitted against NumPy.
 
     The jitted run's wall time includes compilation; the NumPy reference
-    (`reference.numpy_cs_ucb_trial`) runs `numpy_trials` trials, extrapolated to
+    (`references.xia.numpy_cs_ucb_trial`) runs `numpy_trials` trials, extrapolated to
     `num_trials`.
     """
-    k, n = reference.XIA_CLIENTS, reference.XIA_SELECTED
+    k, n = xia.XIA_CLIENTS, xia.XIA_SELECTED
     env = wireless_latency(k, n, preset=preset)
     start = time.perf_counter()
     res = fedjax_sel.simulate(
@@ -350,7 +450,8 @@ def xia_speed(
     rng = np.random.default_rng(0)
     start = time.perf_counter()
     numpy_latency = [
-        reference.numpy_cs_ucb_trial(rng, num_rounds, PRESETS[preset]) for _ in range(numpy_trials)
+        xia.numpy_cs_ucb_trial(rng, num_rounds, PRESETS[preset])["cumulative_latency"]
+        for _ in range(numpy_trials)
     ]
     numpy_s = time.perf_counter() - start
     per_trial = numpy_s / numpy_trials
@@ -376,7 +477,7 @@ def qu_speed(
     """COCS on Qu et al.'s MNIST network (Fig. 3: N = 50, M = 3), jitted against NumPy.
 
     The jitted program runs twice: the first call's wall time includes compilation, the
-    second reuses the program. The NumPy reference (`reference.numpy_cocs_trial`) runs
+    second reuses the program. The NumPy reference (`references.qu.numpy_cocs_trial`) runs
     `numpy_trials` trials, extrapolated to `num_trials`. Both compute the figure's two
     curves: the utility and the pseudo-regret (the oracle's knapsack on p every round).
     """
@@ -395,7 +496,7 @@ def qu_speed(
     jax_s = time.perf_counter() - start
     rng = np.random.default_rng(0)
     start = time.perf_counter()
-    numpy_runs = [reference.numpy_cocs_trial(rng, num_rounds) for _ in range(numpy_trials)]
+    numpy_runs = [qu.numpy_cocs_trial(rng, num_rounds) for _ in range(numpy_trials)]
     per_trial = (time.perf_counter() - start) / numpy_trials
     numpy_utility, numpy_regret = np.mean(numpy_runs, axis=0)
     return {
@@ -428,14 +529,14 @@ def beyond_speed(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Oort or pow-d on `envs.devices` (K = `num_kept` kept of m = int(1.3 K) selected),
-    jitted against the NumPy references of `experiments.beyond_reference`.
+    jitted against the NumPy references of `experiments.references.beyond`.
 
     The NumPy reference runs first (`numpy_trials` trials, one at a time), then the jitted
     program twice: the first call compiles, the second's time is the run time. Throughput
     is client-rounds per second, trials x rounds x N / seconds; the ratio compares the two
     at their own trial counts (the reference's time is linear in its trials).
     """
-    policy = validation.choice("policy", policy, beyond_reference.POLICIES)
+    policy = validation.choice("policy", policy, beyond.POLICIES)
     n = validation.positive_int("num_clients", num_clients)
     k = validation.int_in_range("num_kept", num_kept, 1, n)
     m = int(1.3 * k)
@@ -449,7 +550,7 @@ def beyond_speed(
     numpy_runs = []
     numpy = measure(
         lambda: numpy_runs.extend(
-            beyond_reference.trial(rng, policy, n, m, k, num_rounds) for _ in range(numpy_trials)
+            beyond.trial(rng, policy, n, m, k, num_rounds) for _ in range(numpy_trials)
         )
     )
     out = {}

@@ -1,10 +1,14 @@
 r"""Bandit-only throughput of every policy against its NumPy reference.
 
   python -m launch.bench --policies=ucb --num_clients=100,1000 --num_trials=1000
+  python -m launch.bench --policies=cs_ucb,cs_ucb_q,cocs,oort --num_trials=1000
 
-For each policy, number of clients N and number of trials M, one cell runs
+For each stationary policy, number of clients N and number of trials M, one cell runs
 `fedjax_sel.simulate` on the stationary Bernoulli environment (cohort 10% of N) and
-`experiments.reference` on the same environment, in the same process, and reports:
+`experiments.references.stationary` on the same environment, in the same process. A paper
+policy (`experiments.references.PAPER`) runs on its paper's setting instead, at the paper's
+N (`--num_clients` does not apply), its jitted run next to its NumPy reference on the same
+environment, with the mean metrics of both printed side by side. Each cell reports:
 
 - client-rounds per second, M * T * N / (wall seconds of the run without compilation);
   the first call compiles (its compile time is reported apart, from JAX's own compile
@@ -33,7 +37,8 @@ import jax
 from absl import app, flags
 
 import fedjax_sel
-from experiments import bench, reference
+from experiments import bench, references
+from experiments.references import stationary
 from fedjax_sel import validation
 
 
@@ -43,11 +48,17 @@ def _define_flags() -> None:
     ints = lambda values: [str(v) for v in values]
     flags.DEFINE_list(
         "policies",
-        sorted(reference.REGISTRY),
-        "Policies to measure: those of `bandits` with a NumPy reference (the policies of the "
-        "stationary environment; the papers' policies are timed by their reproductions).",
+        sorted(stationary.REGISTRY),
+        "Policies to measure: those of `bandits` with a NumPy reference, the policies of the "
+        f"stationary environment ({', '.join(sorted(stationary.REGISTRY))}) and the papers' "
+        f"policies on their papers' settings ({', '.join(sorted(references.PAPER))}).",
     )
-    flags.DEFINE_list("num_clients", ints([100, 1000, 10000]), "Numbers of clients N.")
+    flags.DEFINE_list(
+        "num_clients",
+        ints([100, 1000, 10000]),
+        "Numbers of clients N of the stationary policies' cells. Does not apply to a paper "
+        "policy, which runs at its paper's N.",
+    )
     flags.DEFINE_list("num_trials", ints([1, 100, 1000, 10000]), "Numbers of trials M.")
     flags.DEFINE_integer("num_rounds", 100, "Rounds T per trial.", lower_bound=1)
     flags.DEFINE_integer("repeats", 2, "Timed runs after the compiling one.", lower_bound=1)
@@ -64,7 +75,7 @@ def _define_flags() -> None:
     flags.DEFINE_enum(
         "reference_tie_break",
         "uniform",
-        list(reference.TIE_BREAKS),
+        list(stationary.TIE_BREAKS),
         "How the references of ucb and epsilon_greedy break ties at the k-th place: "
         "uniformly at random like the jitted policies, or by np.argpartition's order (the "
         "leanest reference, a different rule).",
@@ -132,6 +143,9 @@ def main(argv):
     with open(f.output, "w") as out:
         json.dump(results, out, indent=1)
     print(bench.markdown_table(results))
+    paper = bench.metrics_table(results)
+    if paper:
+        print(paper)
     print(f"skipped (over --max_client_rounds): {len(results['skipped'])} cells", file=sys.stderr)
 
 

@@ -7,7 +7,7 @@ Runs `bandits.oort` or `bandits.power_of_choice` (`pow-d`, d = 2m) on `envs.devi
 defaults, K = `num_kept` kept of m = int(1.3 K) selected, through `fedjax_sel.simulate` (one
 XLA program: scan over rounds, vmap over trials) twice (the first call compiles), after the
 plain NumPy reference of the same policy and environment
-(`experiments.beyond_reference.trial`, one trial at a time) on `numpy_trials` trials.
+(`experiments.references.beyond.trial`, one trial at a time) on `numpy_trials` trials.
 Prints a JSON line: client-rounds per second of both, their ratio, compile time, peak
 resident memory (docs/benchmarks.md).
 """
@@ -19,9 +19,10 @@ import json
 from absl import app, flags
 
 import fedjax_sel
-from experiments import bench, beyond_reference
+from experiments import bench
+from experiments.references import beyond
 
-_POLICY = flags.DEFINE_enum("policy", "oort", beyond_reference.POLICIES, "Selector.")
+_POLICY = flags.DEFINE_enum("policy", "oort", beyond.POLICIES, "Selector.")
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", 1000, "N.", lower_bound=1)
 _NUM_KEPT = flags.DEFINE_integer(
     "num_kept", 100, "K kept a round; int(1.3 K) are selected.", lower_bound=1

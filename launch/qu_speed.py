@@ -5,7 +5,7 @@ r"""Wall time of Figure 3's bandit-only setting of Qu et al.: one jitted program
 Runs COCS on the hierarchical network (N = 50 clients, M = 3 edge servers, MNIST
 constants, physical generator) through `fedjax_sel.simulate` (one XLA program: scan over
 rounds, vmap over trials), twice (with and without compilation), then the plain NumPy
-COCS of `experiments.reference.numpy_cocs_trial` on `numpy_trials` trials, extrapolated
+COCS of `experiments.references.qu.numpy_cocs_trial` on `numpy_trials` trials, extrapolated
 linearly to `num_trials`. Prints a JSON line (docs/benchmarks.md).
 """
 

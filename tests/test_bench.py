@@ -5,11 +5,13 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import bandits
 import fedjax_sel
-from experiments import bench
+from experiments import bench, references
+from experiments.references import xia
 from fedjax_sel import envs, runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,19 +74,41 @@ def test_reference_runs_more_trials_to_fill_its_time_floor():
     assert longer["client_rounds_per_s"] == longer["trials"] * 3 * 10 / longer["run_s"]
 
 
-@pytest.mark.parametrize("name", ["nope", "cs_ucb"])
+@pytest.mark.parametrize("name", ["nope", "modified_cs_ucb"])
 def test_policy_without_reference_is_refused(name):
-    # cs_ucb is a policy of `bandits`, but of the latency environment: no reference here.
+    # modified_cs_ucb is a policy of `bandits`, but has no NumPy reference.
     with pytest.raises(ValueError, match=f"policies: '{name}' is not a policy with a NumPy"):
         bench.run_suite([name], [10], [1], 2)
 
 
+@pytest.mark.parametrize(
+    "sizes, match",
+    [
+        ({"num_rounds": 0}, "num_rounds must be"),
+        ({"num_rounds": 2, "repeats": 0}, "repeats must be"),
+        ({"num_rounds": 2, "reference_trials": 0}, "reference_trials must be"),
+    ],
+)
+def test_paper_policy_sizes_are_checked_before_running(sizes, match):
+    with pytest.raises(ValueError, match=match):
+        bench.run_suite(["cs_ucb"], [10], [1], **sizes)
+
+
+def test_paper_registry_follows_the_interface():
+    for name, case in references.PAPER.items():
+        assert case.setting and case.num_clients >= 1, name
+        metrics = case.numpy_trial(np.random.default_rng(0), 2)
+        assert metrics and all(isinstance(v, float) for v in metrics.values()), name
+
+
 def test_command_line(tmp_path):
+    # A stationary policy at N = 10 and a paper policy at its paper's N (K = 20): the
+    # stationary --num_clients does not apply to it.
     out = tmp_path / "bench.json"
     proc = _run_module(
         [
             "launch.bench",
-            "--policies=random",
+            "--policies=random,cs_ucb_q",
             "--num_clients=10",
             "--num_trials=2",
             "--num_rounds=2",
@@ -95,8 +119,25 @@ def test_command_line(tmp_path):
         ]
     )
     results = json.loads(out.read_text())
-    (cell,) = results["cells"]
+    cell, paper = results["cells"]
     assert (cell["policy"], cell["num_clients"], cell["num_trials"]) == ("random", 10, 2)
+    assert (paper["policy"], paper["num_clients"], paper["num_trials"]) == ("cs_ucb_q", 20, 2)
+    assert paper["setting"] == references.PAPER["cs_ucb_q"].setting
+    jax_side, numpy_side = paper["jax"], paper["numpy"]
+    assert set(jax_side["metrics"]) == set(numpy_side["metrics"]) == set(xia.METRICS)
+    assert jax_side["run_s"] == pytest.approx(2 * 2 * 20 / jax_side["client_rounds_per_s"])
+    assert numpy_side["client_rounds_per_s"] == pytest.approx(
+        numpy_side["trials"] * 2 * 20 / numpy_side["run_s"]
+    )
+    assert paper["ratio"] == pytest.approx(
+        jax_side["client_rounds_per_s"] / numpy_side["client_rounds_per_s"]
+    )
+    assert jax_side["compile_s"] > 0 and jax_side["xla_recompilations"] == 0
+    # Two rounds of 5 of 20 clients: the bottleneck reward is at most 2 on both sides.
+    assert 0 < jax_side["metrics"]["cumulative_reward"] <= 2
+    assert 0 < numpy_side["metrics"]["cumulative_reward"] <= 2
+    assert bench.METRICS_HEADER in proc.stdout and "does not apply" in bench.METRICS_HEADER
+    assert [line for line in proc.stdout.splitlines() if line.startswith("| cs_ucb_q | 2 |")]
     assert cell["numpy"]["tie_break"] == "position"
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| random |")]
     assert len(rows) == 2  # logged as it runs, then in the final table

@@ -10,7 +10,7 @@ import pytest
 
 import bandits
 import fedjax_sel
-from experiments import beyond_reference
+from experiments.references import beyond
 from fedjax_sel import envs
 
 # 200 clients keep unexplored ones available to Oort through the 12 rounds (its exploration
@@ -19,7 +19,7 @@ N, M, K, T = 200, 13, 10, 12
 JAX_TRIALS, NUMPY_TRIALS = 256, 128
 
 
-@pytest.mark.parametrize("policy", beyond_reference.POLICIES)
+@pytest.mark.parametrize("policy", beyond.POLICIES)
 def test_numpy_reference_matches_jitted_policy_in_distribution(policy):
     env = envs.make("devices", N, M, num_kept=K)
     res = fedjax_sel.simulate(bandits.make(policy, N, M), env, T, JAX_TRIALS, progress=None)
@@ -28,7 +28,7 @@ def test_numpy_reference_matches_jitted_policy_in_distribution(policy):
     jax_clock = np.asarray(res.totals["policy"]["cumulative_latency"])
 
     rng = np.random.default_rng(0)
-    runs = [beyond_reference.trial(rng, policy, N, M, K, T) for _ in range(NUMPY_TRIALS)]
+    runs = [beyond.trial(rng, policy, N, M, K, T) for _ in range(NUMPY_TRIALS)]
     numpy_loss = np.asarray([losses[-1] for losses, _ in runs])
     numpy_clock = np.asarray([clock for _, clock in runs])
 
@@ -45,8 +45,8 @@ def test_numpy_reference_matches_jitted_policy_in_distribution(policy):
 
 def test_reference_losses_fall_and_refuse_unknown_policies():
     rng = np.random.default_rng(1)
-    for policy in beyond_reference.POLICIES:
-        losses, clock = beyond_reference.trial(rng, policy, 50, 13, 10, 5)
+    for policy in beyond.POLICIES:
+        losses, clock = beyond.trial(rng, policy, 50, 13, 10, 5)
         assert losses.shape == (5,) and np.all(np.diff(losses) <= 0) and clock > 0
     with pytest.raises(ValueError, match="policy"):
-        beyond_reference.trial(rng, "random", 50, 13, 10, 5)
+        beyond.trial(rng, "random", 50, 13, 10, 5)

@@ -9,7 +9,7 @@ import pytest
 
 import bandits
 from bandits.cocs import control_function, cube_index, exploration_exponent
-from experiments.reference import assignment_milp
+from experiments.references.qu import assignment_milp
 from fedjax_sel import envs
 from fedjax_sel.envs.hierarchical import max_cohort
 from fedjax_sel.ops import assignment as assign_ops

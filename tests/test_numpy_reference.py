@@ -5,7 +5,7 @@ import pytest
 
 import bandits
 import fedjax_sel
-from experiments import reference
+from experiments.references import stationary as reference
 from fedjax_sel import envs
 
 N, K, T, M = 12, 3, 40, 256

@@ -2,7 +2,7 @@
 
 Thousands of random small instances, solved at once under `jax.vmap`, are compared with
 an exhaustive search over every assignment (numpy), itself checked against the integer
-programme of `experiments.reference.assignment_milp`. Every batch has the same shapes
+programme of `experiments.references.qu.assignment_milp`. Every batch has the same shapes
 (COUNT instances of N clients and M servers; one-server instances leave the others
 ineligible), so that each kernel compiles once.
 """
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from experiments.reference import assignment_milp
+from experiments.references.qu import assignment_milp
 from fedjax_sel.ops import assignment
 
 STEP = 0.25

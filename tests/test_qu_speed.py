@@ -8,7 +8,7 @@ import numpy as np
 
 import bandits
 import fedjax_sel
-from experiments import reference
+from experiments.references import qu
 from fedjax_sel import envs
 
 
@@ -17,7 +17,7 @@ def test_numpy_cocs_matches_jitted_cocs_in_distribution():
     # difference (the two draw from different streams).
     rounds = 30
     rng = np.random.default_rng(0)
-    ours = np.asarray([reference.numpy_cocs_trial(rng, rounds) for _ in range(16)])
+    ours = np.asarray([qu.numpy_cocs_trial(rng, rounds) for _ in range(16)])
     res = fedjax_sel.simulate(bandits.cocs(50), envs.hierarchical(50), rounds, 64, progress=None)
     for column, total in enumerate(("cumulative_reward", "cumulative_regret")):
         numpy_side = ours[:, column]

@@ -1,11 +1,12 @@
 r"""NumPy references of Oort and Power-of-Choice on the heterogeneous-device environment.
 
-What `launch.beyond_speed` times the jitted `bandits.oort` and `bandits.power_of_choice`
-(`pow-d`) on `fedjax_sel.envs.devices` against: each is what a careful researcher writes
-without JAX, one trial at a time, a Python loop over rounds, each round vectorised over the
-clients (`np.partition` / `np.argpartition` for order statistics, never a full sort over N),
-the samples without replacement drawn with `Generator.choice(replace=False, p=...)` (successive
-sampling, the law of the jitted selectors' Gumbel-top-k).
+What `launch.beyond_speed` and `launch.bench --policies=oort` time the jitted `bandits.oort`
+and `bandits.power_of_choice` (`pow-d`) on `fedjax_sel.envs.devices` against: each is what a
+careful researcher writes without JAX, one trial at a time, a Python loop over rounds, each
+round vectorised over the clients (`np.partition` / `np.argpartition` for order statistics,
+never a full sort over N), the samples without replacement drawn with
+`Generator.choice(replace=False, p=...)` (successive sampling, the law of the jitted
+selectors' Gumbel-top-k).
 
 The environment is `envs.devices` at its defaults, bandit-only (its module docstring has the
 equations): lognormal compute speeds c_i (median 50 ms per sample, log-scale 0.8), bandwidths
@@ -46,10 +47,17 @@ duration against `fedjax_sel.simulate`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
+import bandits
+from experiments.references import jitted
+from fedjax_sel import envs
+
 POLICIES = ("oort", "pow_d")
+# `launch.beyond_speed`'s default setting at N = 1,000 clients, K = 10 kept of m = int(1.3 K).
+NUM_CLIENTS_OORT, OORT_KEPT = 1000, 10
 
 # `envs.devices`' defaults (its signature).
 COMPUTE_MS = (50.0, 0.8)  # median, log-scale
@@ -293,3 +301,23 @@ def trial(
         selector.update(clients, duration, kept, rms_last, env)
         clock += round_s
     return losses, clock
+
+
+def numpy_trial_oort(rng: np.random.Generator, num_rounds: int) -> dict[str, float]:
+    """One `trial` of Oort at N = 1,000, K = 10 kept of m = 13: the global loss after the last
+    round and the cumulative round duration (s)."""
+    m = int(1.3 * OORT_KEPT)
+    losses, clock = trial(rng, "oort", NUM_CLIENTS_OORT, m, OORT_KEPT, num_rounds)
+    return {"loss": float(losses[-1]), "cumulative_latency": float(clock)}
+
+
+def jax_run_oort(num_trials: int, num_rounds: int, seed: int) -> Callable[[], dict[str, float]]:
+    """The jitted `bandits.oort` on `envs.devices` at N = 1,000, K = 10 kept of m = 13, built
+    once; a call returns the mean over trials of `numpy_trial_oort`'s metrics."""
+    n, k = NUM_CLIENTS_OORT, OORT_KEPT
+    m = int(1.3 * k)
+    env = envs.make("devices", n, m, num_kept=k)
+    return jitted.run_means(
+        bandits.make("oort", n, m), env, num_trials, num_rounds, seed,
+        ("cumulative_latency",), last_round=("loss",),
+    )  # fmt: skip
