@@ -481,12 +481,12 @@ def qu_speed(
     `numpy_trials` trials, extrapolated to `num_trials`. Both compute the figure's two
     curves: the utility and the pseudo-regret (the oracle's knapsack on p every round).
     """
-    n = 50
-    env = envs.hierarchical(n)
+    n = qu.NUM_CLIENTS_COCS
+    env, selector = envs.hierarchical(n), bandits.cocs(n)
 
     def run():
         return fedjax_sel.simulate(
-            bandits.cocs(n), env, num_rounds, num_trials,
+            selector, env, num_rounds, num_trials,
             trials_per_chunk=trials_per_chunk, progress=None,
         )  # fmt: skip
 
