@@ -16,7 +16,8 @@ Only the scheduled clients' latencies are drawn (the others are never observed).
   from Dirichlet(1, ..., 1) (seed 0), beta = 0.01, the literal deadline.
 
 They match the jitted code in distribution, not bit for bit (the random streams differ):
-`tests/test_xia_speed.py` checks the mean cumulative latency, reward and failed clients.
+`tests/test_xia_speed.py` checks CS-UCB's mean cumulative latency, and CS-UCB-Q's mean
+cumulative latency, reward and failed clients.
 """
 
 from __future__ import annotations
