@@ -203,6 +203,25 @@ def test_count_true_backends_are_equal():
             np.testing.assert_array_equal(got, want, err_msg=f"{name} {n}")
 
 
+@pytest.mark.parametrize(
+    "true_indices",
+    [selection.portable_true_indices, _xla_cpu.true_indices],
+    ids=["definition", "xla_cpu"],
+)
+def test_true_indices_are_the_places_of_the_true_entries(true_indices):
+    # Against a plain loop: the first `size` places in increasing order, then N; a
+    # partial last word (33 and 1025 entries), empty, sparse, dense and full rows, sizes
+    # below and above the number of True entries.
+    rng = np.random.default_rng(6)
+    for n in (33, 1025):
+        flags = rng.random((8, n)) < np.array([0.0, 0.0, 0.02, 0.02, 0.3, 0.3, 1.0, 1.0])[:, None]
+        for size in (1, n // 10, n + 3):
+            got = _batched(lambda f, size=size: true_indices(f, size), jnp.asarray(flags))
+            for row, places in zip(flags, got, strict=True):
+                want = list(np.flatnonzero(row)[:size])
+                np.testing.assert_array_equal(places, want + [n] * (size - len(want)))
+
+
 def _untied_batch(rng, batch, n, k):
     """Scores and masks on which no tie crosses the k-th place: distinct scores, ties
     only among the clients surely selected, and rows with fewer than k eligible."""

@@ -72,3 +72,29 @@ def test_the_trials_of_a_batch_do_not_change_a_trials_draws():
             for i in range(0, 8, chunk)
         ]
         np.testing.assert_array_equal(np.concatenate(parts), whole)
+
+
+@pytest.mark.parametrize("size, typed", [(7, False), (100_003, True)])
+def test_draws_at_positions_are_the_draws_over_all_positions(size, typed):
+    # JAX's uniform and normal draws over N, read at some positions: the same bits,
+    # repeated and unsorted positions included.
+    key = jax.random.key(5) if typed else jax.random.PRNGKey(5)
+    index = jnp.asarray(np.random.default_rng(size).integers(0, size, 64), jnp.int32)
+    np.testing.assert_array_equal(
+        sampling.uniform_at(key, index, size), jax.random.uniform(key, (size,))[index]
+    )
+    np.testing.assert_array_equal(
+        sampling.uniform_at(key, index, size, -2.0, 3.0),
+        jax.random.uniform(key, (size,), minval=-2.0, maxval=3.0)[index],
+    )
+    np.testing.assert_array_equal(
+        sampling.normal_at(key, index, size), jax.random.normal(key, (size,))[index]
+    )
+
+
+def test_draws_at_positions_with_another_prng_run_the_definition():
+    key = jax.random.key(5, impl="rbg")
+    index = jnp.array([3, 0, 9], jnp.int32)
+    np.testing.assert_array_equal(
+        sampling.uniform_at(key, index, 10), jax.random.uniform(key, (10,))[index]
+    )

@@ -82,3 +82,32 @@ def test_means_drawn_per_trial_lie_in_range():
 def test_bad_environment_arguments(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+@pytest.mark.parametrize("family", ["bernoulli", "gaussian"])
+def test_drawing_the_observed_rewards_alone_changes_nothing(monkeypatch, family):
+    # k <= N / 32: the selected clients' rewards are drawn alone; the draw over all N
+    # (forced) gives the same observed rewards and round statistics bit for bit, for
+    # cohorts of k, fewer than k (padded places) and none.
+    from fedjax_sel.envs import stationary
+
+    n, k = 128, 4
+    rng = np.random.default_rng(4)
+    selected = np.zeros((64, n), bool)
+    for row, size in zip(selected, rng.integers(0, k + 1, 64), strict=True):
+        row[rng.choice(n, size, replace=False)] = True
+    keys = jax.random.split(jax.random.PRNGKey(5), 64)
+
+    def step(ratio):
+        monkeypatch.setattr(stationary, "OBSERVED_ONLY_RATIO", ratio)
+        env = getattr(envs, family)(n, k)
+        state = env.reset(jax.random.PRNGKey(6))
+        inp = env.observe(state, 1, jax.random.PRNGKey(7))
+        run = lambda s, key: env.step(state, inp, Decision(s), key)
+        feedback, _, stats = jax.jit(jax.vmap(run))(jnp.asarray(selected), keys)
+        return np.where(selected, feedback.reward, 0.0), stats
+
+    (alone, alone_stats), (whole, whole_stats) = step(32), step(10**9)
+    np.testing.assert_array_equal(alone, whole)
+    for got, want in zip(alone_stats, whole_stats, strict=True):
+        np.testing.assert_array_equal(got, want)

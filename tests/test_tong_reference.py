@@ -8,7 +8,7 @@ import pytest
 
 import bandits
 from bandits import belief_propagation as bp
-from experiments import tong_reference as ref
+from experiments.references import tong as ref
 from fedjax_sel.types import Feedback, RoundInput
 
 N, K = 20, 5

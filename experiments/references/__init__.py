@@ -8,6 +8,7 @@ Python loop over rounds, each round vectorised over the clients with NumPy.
 - `xia`: CS-UCB and CS-UCB-Q on the latency model of Xia et al. (2020);
 - `qu`: COCS on the hierarchical network of Qu et al., and the exact assignment
   (`assignment_milp`) that validates the assignment kernels;
+- `tong`: Quick-Init UCB and BP-UCB on the opinion surrogate of Tong et al.;
 - `beyond`: Oort and Power-of-Choice on the heterogeneous-device environment.
 
 `PAPER` registers each paper policy's reference on its paper's setting, with the jitted
@@ -26,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from experiments.references import beyond, qu, xia
+from experiments.references import beyond, qu, tong, xia
 
 
 class Case(NamedTuple):
@@ -65,6 +66,20 @@ PAPER: dict[str, Case] = {
         qu.NUM_CLIENTS_COCS,
         qu.jax_run_cocs,
         qu.numpy_trial_cocs,
+    ),
+    "quick_init_ucb": Case(
+        "Tong et al., Figs. 6-9 (bandit only, calibrated): N = 20 clients, K = 5, warm-start "
+        "opinion surrogate, dense form (15,504 super-arms)",
+        tong.NUM_CLIENTS_QUICK_INIT_UCB,
+        tong.jax_run_quick_init_ucb,
+        tong.numpy_trial_quick_init_ucb,
+    ),
+    "bp_ucb": Case(
+        "Tong et al., Figs. 6-9 (bandit only, calibrated): N = 20 clients, K = 5, warm-start "
+        "opinion surrogate, Ising BP on the 3-nearest-neighbour graph",
+        tong.NUM_CLIENTS_BP_UCB,
+        tong.jax_run_bp_ucb,
+        tong.numpy_trial_bp_ucb,
     ),
     "oort": Case(
         "Lai et al. (Oort) on envs.devices: N = 1,000 clients, K = 10 kept of m = 13 selected",

@@ -7,6 +7,15 @@ round is `sum_{oracle} mu_i - sum_{selected} mu_i` (combinatorial semi-bandit, C
 Wang and Yuan, ICML 2013), among the clients of `RoundInput.available`. Latency is not
 modelled (zero). Parameters: `StationaryParams`.
 
+A round's rewards are observed for the selected clients only. Where the cohort is a
+small part of the clients (k <= N / `OBSERVED_ONLY_RATIO`), the Bernoulli and Gaussian
+environments draw the selected clients' rewards alone (`ops.true_indices`, then
+`ops.sampling.uniform_at` / `normal_at`); otherwise they draw all N and read the
+selected. Either way client i's reward in round t is entry i of the same draw over N
+(counter-based: it does not depend on which other clients were selected), so the two
+give the same results bit for bit; which is faster is measured (docs/benchmarks.md):
+finding the k selected costs about as much as drawing all N at k = N / 10 on CPU.
+
 A cohort smaller than min(k, |A(t)|) adds nothing for its empty slots where no mean can
 be negative (Bernoulli, Beta); where one can (Gaussian), each empty slot is worth the
 lowest mean if that is negative, so that leaving out a client never beats the oracle
@@ -25,8 +34,11 @@ import jax.numpy as jnp
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.envs import cohort
-from fedjax_sel.ops import top_k_mask, where_needed
+from fedjax_sel.ops import sampling, top_k_mask, true_indices, where_needed
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
+
+# Cohorts of at most N / OBSERVED_ONLY_RATIO clients have their rewards drawn alone.
+OBSERVED_ONLY_RATIO = 32
 
 
 class StationaryParams(NamedTuple):
@@ -69,14 +81,17 @@ def _stationary_env(
     means: chex.Array | None,
     means_range: tuple[float, float],
     availability,
-    sample: Callable[[chex.PRNGKey, chex.Array, chex.Array], chex.Array],
+    sample: Callable[..., chex.Array],
     bounds: tuple[float, float],
     scale: float | None = None,
+    at_positions: bool = True,
 ) -> Env:
     """Builds a stationary environment from a per-client reward sampler.
 
-    `sample(key, means, scale)` draws the f32[N] rewards; `bounds` is the range a mean
-    may take for this reward family.
+    `sample(key, means, scale, index)` draws the rewards of all N clients (f32[N]) when
+    `index` is None, or, if `at_positions`, those of the clients `index` (int32[k]),
+    the same entries of the same draw over N; `bounds` is the range a mean may take for
+    this reward family.
     """
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
@@ -119,10 +134,17 @@ def _stationary_env(
         del params
         return Decision(selected=top_k_mask(state.means, round_input.available, k))
 
+    def rewards(key, means, scale, selected):
+        """f32[N]: the selected clients' rewards (others undefined, `Feedback`)."""
+        if not at_positions or k * OBSERVED_ONLY_RATIO > n:
+            return sample(key, means, scale, None)
+        index = true_indices(selected, k)
+        return jnp.zeros(n).at[index].set(sample(key, means, scale, index), mode="drop")
+
     def step(state, round_input, decision, key, params=None):
         params = defaults if params is None else params
-        reward = sample(key, state.means, params.scale)
         selected = decision.selected
+        reward = rewards(key, state.means, params.scale, selected)
         empty = empty_slots_value(state.means, selected, round_input.available)
         feedback = Feedback(
             observed=selected,
@@ -178,9 +200,11 @@ def bernoulli(
       means_range: (low, high) for means drawn per trial.
     """
 
-    def sample(key, mu, scale):
+    def sample(key, mu, scale, index):
         del scale
-        return (jax.random.uniform(key, mu.shape) < mu).astype(jnp.float32)
+        if index is None:
+            return (jax.random.uniform(key, mu.shape) < mu).astype(jnp.float32)
+        return (sampling.uniform_at(key, index, mu.shape[0]) < mu[index]).astype(jnp.float32)
 
     return _stationary_env(
         num_clients, num_selected, means, means_range, availability, sample, (0.0, 1.0)
@@ -208,8 +232,10 @@ def gaussian(
     """
     sd = validation.positive_float("stddev", stddev)
 
-    def sample(key, mu, scale):
-        return mu + scale * jax.random.normal(key, mu.shape)
+    def sample(key, mu, scale, index):
+        if index is None:
+            return mu + scale * jax.random.normal(key, mu.shape)
+        return mu[index] + scale * sampling.normal_at(key, index, mu.shape[0])
 
     return _stationary_env(
         num_clients, num_selected, means, means_range, availability, sample, (-1e30, 1e30), sd
@@ -238,7 +264,8 @@ def beta(
     c = validation.positive_float("concentration", concentration)
     validation.real_interval("means_range", means_range, 0.0, 1.0, low_open=True)
 
-    def sample(key, mu, scale):
+    def sample(key, mu, scale, index):
+        del index  # always None: jax.random.beta's rejection sampler draws all N
         return jax.random.beta(key, scale * mu, scale * (1.0 - mu))
 
     return _stationary_env(
@@ -250,4 +277,5 @@ def beta(
         sample,
         (1e-6, 1 - 1e-6),
         c,
+        at_positions=False,
     )

@@ -3,10 +3,10 @@
 Depends on jax and numpy only. Each op acts on one trial's arrays (`f32[N]`); `jax.vmap`
 adds trial or edge-server axes.
 
-- `masked_top_k`, `uniform_subset`, `gumbel_top_k`, `top_k_mask`, `count_true`
-  (`selection`): each defined portably in a few lines (`selection.portable_*`), and run
-  by a sort-free backend on CPU (`_xla_cpu`), chosen by platform when the program is
-  lowered. The cohort size k is a Python int or a traced int32[].
+- `masked_top_k`, `uniform_subset`, `gumbel_top_k`, `top_k_mask`, `count_true`,
+  `true_indices` (`selection`): each defined portably in a few lines
+  (`selection.portable_*`), and run by a sort-free backend on CPU (`_xla_cpu`), chosen
+  by platform when the program is lowered. The cohort size k is a Python int or a traced int32[].
 - `grouped_masked_top_k`, `grouped_uniform_subset`, `grouped_top_k_mask`: k per
   contiguous group, equal or of given sizes; `budgeted_top_k`, `grouped_budgeted_top_k`:
   clients in score order within a budget, per group (`grouped`).
@@ -16,7 +16,9 @@ adds trial or edge-server axes.
   `order_key` (`order`: the f32 total order as u32 that every op ranks by),
   `where_needed` (`batching`: a conditional that stays one under `jax.vmap`).
 - `sampling.gamma`, `sampling.beta`: exact Gamma and Beta draws for shapes >= 1 from
-  bulk Marsaglia-Tsang attempts (no per-element rejection loop).
+  one bulk Marsaglia-Tsang attempt, the rare rejected elements gathered for the next
+  (no per-element rejection loop); `sampling.uniform_at`, `sampling.normal_at`: JAX's
+  uniform and normal draws over N, at a few positions only.
 """
 
 from fedjax_sel.ops import assignment, sampling
@@ -36,6 +38,7 @@ from fedjax_sel.ops.selection import (
     gumbel_top_k,
     masked_top_k,
     top_k_mask,
+    true_indices,
     uniform_subset,
 )
 
@@ -54,6 +57,7 @@ __all__ = [
     "sampling",
     "sherman_morrison_update",
     "top_k_mask",
+    "true_indices",
     "uniform_subset",
     "where_needed",
 ]

@@ -305,6 +305,40 @@ def _bit_words(flags: jax.Array) -> jax.Array:
     return words
 
 
+def _select_bit(words: jax.Array, rank: jax.Array) -> jax.Array:
+    """u32: the place of the set bit of rank `rank` (from 0, lowest first) in each of
+    `words` (u32 arrays; `rank` below the word's number of set bits): a binary search
+    over halves, quarters, ... of the word by their numbers of set bits."""
+    place = jnp.zeros_like(words)
+    rank = rank.astype(jnp.uint32)
+    for width in (16, 8, 4, 2, 1):
+        low = lax.population_count((words >> place) & np.uint32((1 << width) - 1))
+        up = rank >= low
+        place = place + jnp.where(up, np.uint32(width), np.uint32(0))
+        rank = rank - jnp.where(up, low, np.uint32(0))
+    return place
+
+
+def true_indices(flags: jax.Array, size: int) -> jax.Array:
+    """int32[size]: the places of the first `size` True entries of `flags` (bool[N]) in
+    increasing order, then N (`jnp.nonzero(flags, size=size, fill_value=N)`, bit for bit).
+
+    `jnp.nonzero` counts over all N (a cumulative sum, then a scatter); here the flags
+    are packed 32 to a word (`_bit_words`), the cumulative sum runs over the words'
+    numbers of set bits, and each of the `size` entries finds its word by a binary search
+    of those sums and its bit by `_select_bit`: one pass over N, then work in `size`.
+    """
+    n = flags.shape[0]
+    words = _bit_words(flags)
+    counts = lax.population_count(words).astype(jnp.int32)
+    ends = jnp.cumsum(counts)
+    entry = jnp.arange(size, dtype=jnp.int32)
+    word = jnp.minimum(jnp.searchsorted(ends, entry, side="right"), words.shape[0] - 1)
+    rank = entry - ends[word] + counts[word]
+    place = 32 * word + _select_bit(words[word], rank).astype(jnp.int32)
+    return jnp.where(entry < ends[-1], place, n)
+
+
 def _unpack(words: jax.Array, n: int) -> jax.Array:
     """bool[n]: bit i of word w (`words`, u32[ceil(n / 32)]) as flag 32 w + i."""
     # The shifts as an iota, not a constant array: XLA's CPU code loads a constant's

@@ -104,6 +104,11 @@ def portable_gumbel_top_k(logits: jax.Array, mask: jax.Array, k, key: jax.Array)
     return _gumbel_top_k(portable_masked_top_k, logits, mask, k, key)
 
 
+def portable_true_indices(flags: jax.Array, size: int) -> jax.Array:
+    """The definition of `true_indices`: `jnp.nonzero` with a fixed size."""
+    return jnp.nonzero(flags, size=size, fill_value=flags.shape[0])[0].astype(jnp.int32)
+
+
 def portable_count_true(flags: jax.Array) -> jax.Array:
     """The definition of `count_true`: an int32 sum."""
     return jnp.sum(flags, dtype=jnp.int32)
@@ -211,3 +216,22 @@ def count_true(flags: jax.Array) -> jax.Array:
     On CPU `_xla_cpu.count_true` (a bf16 sum in f32, exact below 2^24 entries).
     """
     return lax.platform_dependent(flags, cpu=_xla_cpu.count_true, default=portable_count_true)
+
+
+def true_indices(flags: jax.Array, size: int) -> jax.Array:
+    """int32[size], the places of the first `size` True entries of `flags` in increasing
+    order, padded with N: `jnp.nonzero(flags, size=size, fill_value=N)`, bit for bit.
+
+    For the clients a round observes (the selected ones, `size` = k), so that work can
+    follow them rather than N. On CPU `_xla_cpu.true_indices` (one pass over N packing
+    the flags into words; `jnp.nonzero`'s cumulative sum over N costs several).
+
+    Args:
+      flags: bool[N].
+      size: a Python int >= 1.
+    """
+    return lax.platform_dependent(
+        flags,
+        cpu=lambda f: _xla_cpu.true_indices(f, size),
+        default=lambda f: portable_true_indices(f, size),
+    )
