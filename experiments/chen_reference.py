@@ -76,6 +76,10 @@ def grid_cell(activity: np.ndarray, samples: np.ndarray, grid: int) -> np.ndarra
     """int64[K]: the flat grid cell g_1 G + g_2 of the contexts (I/10, D/3333) (Sec. 5.1),
     g_i = min(floor(x_i G), G - 1), in integers.
 
+    Equal to `bandits.dfl_ccmab.grid_index` of the environment's f32 contexts at G = 2
+    and 5 (the test's horizon and Fig. 4's); at G = 3, 6 and 9 the f32 quotient puts
+    D = 1111 and 2222 one part lower there (and some multiples of 303 at G = 11).
+
     Args:
       activity: int[K], I_k(t) in 0..10.
       samples: int[K], D_k(t) in 1..3333.
