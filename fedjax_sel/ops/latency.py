@@ -5,6 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+# Up to this many clients the prefix counts of `prefix_max_cost_top_k` are a matrix
+# product: O(N^3), yet a third of the time of XLA's cumulative sum on CPU at N = 40 (and
+# three times it at N = 1000, where the cumulative sum is kept).
+_PREFIX_PRODUCT_MAX_CLIENTS = 64
+
 
 def prefix_max_cost_top_k(
     cost: jax.Array,
@@ -33,7 +38,8 @@ def prefix_max_cost_top_k(
     and the cohort is the top k of the minimising prefix. The top k of a prefix is the
     top k of every longer prefix whose extra clients rank lower, so each term is at least
     its cohort's objective and equals it at the cohort's costliest member: the two minima
-    coincide. Fixed shapes, O(N^2) time and memory, no data-dependent loop.
+    coincide. Fixed shapes, O(N^2) memory, O(N^2) time (O(N^3) in a matrix product up
+    to 64 clients, faster there), no data-dependent loop.
 
     Ties in cost and in value are broken by uniform random keys; among cohorts of equal
     objective the one of the cheapest prefix wins. Equal costs and values throughout
@@ -61,14 +67,27 @@ def prefix_max_cost_top_k(
     sorted_cost = jnp.where(eligible, cost[order], 0.0)
     sorted_value = jnp.where(eligible, value[order], 0.0)
     tie = tie_all[order]
-    # rank[i]: position of sorted client i in descending (value, tie) order.
-    by_value = jnp.lexsort((-tie, -sorted_value))
-    rank = jnp.zeros((n,), jnp.int32).at[by_value].set(jnp.arange(n, dtype=jnp.int32))
-    beats = (rank[:, None] < rank[None, :]) & eligible[:, None]
-    # better[j, i]: eligible clients among the first j + 1 that rank above client i.
-    better = jnp.cumsum(beats, axis=0)
     pos = jnp.arange(n)
-    in_top = (pos[None, :] <= pos[:, None]) & eligible[None, :] & (better < size)
+    # above[i, j]: sorted client j ranks above sorted client i in descending (value, tie)
+    # order, ties to the lower position (the order of a stable sort, without the sort).
+    value_gt = sorted_value[None, :] > sorted_value[:, None]
+    value_eq = sorted_value[None, :] == sorted_value[:, None]
+    tie_gt = tie[None, :] > tie[:, None]
+    tie_eq = tie[None, :] == tie[:, None]
+    above = value_gt | (value_eq & (tie_gt | (tie_eq & (pos[None, :] < pos[:, None]))))
+    beats = above.T & eligible[:, None]
+    # better[j, i]: eligible clients among the first j + 1 that rank above client i.
+    prefix = pos[None, :] <= pos[:, None]
+    if n <= _PREFIX_PRODUCT_MAX_CLIENTS:
+        # The same counts as a product with the lower-triangular ones, exact in f32.
+        better = jnp.dot(
+            prefix.astype(jnp.float32),
+            beats.astype(jnp.float32),
+            precision=jax.lax.Precision.HIGHEST,
+        )
+    else:
+        better = jnp.cumsum(beats, axis=0)
+    in_top = prefix & eligible[None, :] & (better < size)
     objective = weight * sorted_cost - jnp.sum(jnp.where(in_top, sorted_value, 0.0), axis=1)
     objective = jnp.where(eligible & (pos + 1 >= size), objective, jnp.inf)
     best = jnp.argmin(objective)
