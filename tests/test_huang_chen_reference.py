@@ -11,7 +11,9 @@ import pytest
 
 import fedjax_sel
 from bandits.dfl_ccmab import grid_index, grid_size
-from experiments import bench, chen_reference, huang_reference
+from experiments import bench
+from experiments.references import chen as chen_reference
+from experiments.references import huang as huang_reference
 
 JAX_TRIALS, NUMPY_TRIALS = 128, 64
 HUANG_ROUNDS = 40

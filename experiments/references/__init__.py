@@ -6,6 +6,8 @@ Python loop over rounds, each round vectorised over the clients with NumPy.
 - `stationary`: the stationary-bandit policies of `bandits.REGISTRY` on the Bernoulli
   environment (`REGISTRY`, `simulate`), timed by `launch.bench` at any N;
 - `xia`: CS-UCB and CS-UCB-Q on the latency model of Xia et al. (2020);
+- `huang`: RBCS-F on the exchange-time model of Huang et al. (2021);
+- `chen`: CC-MAB scheduling on the edge-server delays of Chen et al. (2025);
 - `qu`: COCS on the hierarchical network of Qu et al., and the exact assignment
   (`assignment_milp`) that validates the assignment kernels;
 - `tong`: Quick-Init UCB and BP-UCB on the opinion surrogate of Tong et al.;
@@ -27,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from experiments.references import beyond, qu, tong, xia
+from experiments.references import beyond, chen, huang, qu, tong, xia
 
 
 class Case(NamedTuple):
@@ -60,6 +62,20 @@ PAPER: dict[str, Case] = {
         xia.NUM_CLIENTS_CS_UCB_Q,
         xia.jax_run_cs_ucb_q,
         xia.numpy_trial_cs_ucb_q,
+    ),
+    "rbcs_f": Case(
+        "Huang et al. (2021), Sec. 6.1 (calibrated): N = 40 clients in Table I's four speed "
+        "classes, m = 8, beta = 0.15, availability 0.8, V = 20",
+        huang.NUM_CLIENTS_RBCS_F,
+        huang.jax_run_rbcs_f,
+        huang.numpy_trial_rbcs_f,
+    ),
+    "dfl_ccmab": Case(
+        "Chen et al. (2025), Fig. 4 (calibrated): S = 3 edge servers of 6 clients, N = 2 "
+        "scheduled per server, c_E = 0.01, G = G_T",
+        chen.NUM_CLIENTS_DFL_CCMAB,
+        chen.jax_run_dfl_ccmab,
+        chen.numpy_trial_dfl_ccmab,
     ),
     "cocs": Case(
         "Qu et al., Fig. 3 (bandit only): N = 50 clients, M = 3 edge servers, MNIST constants",
