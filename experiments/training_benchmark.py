@@ -233,7 +233,7 @@ def roofline(
     )
     update = jax.jit(fl.local_sgd(model.apply, 0.05, b, num_epochs=1))
     count, key = clients.counts[0], jax.random.PRNGKey(1)
-    client_s, _ = _best_seconds(update, params, clients.x, clients.y, 0, count, key)
+    client_s, client_cpu = _best_seconds(update, params, clients.x, clients.y, 0, count, key)
     dot_gflops = 2 * dot_size**3 / dot_s / 1e9
     batched_gflops = 2 * models_per_round * b * d0 * d1 / batched_s / 1e9
     cached_gflops = 2 * models_per_round * b * d0 * d1 / cached_s / 1e9
@@ -267,6 +267,7 @@ def roofline(
         "vectorized_steps_gflops": round_flops / vec_steps_s / 1e9,
         "vectorized_steps_gbps": vec_bytes / vec_steps_s / 1e9,
         "client_update_s": client_s,
+        "client_update_cpu_s": client_cpu,
         "client_update_gflops": steps * step_flops / client_s / 1e9,
         "vectorized_max_rounds_per_s": 1 / vec_bound,
         "per_client_max_rounds_per_s": 1 / client_bound,
