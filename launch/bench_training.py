@@ -6,9 +6,10 @@ MLP, and the server takes the sample-weighted mean of their updates.
   - vectorized: one jitted program per round, `vmap` over the k cohort slots and the M
     trials (this project's way);
   - mapped: one jitted program per round that runs the M k client updates with
-    `lax.map` in chunks of `--map_batch` (each chunk `vmap`-ed): on a CPU this keeps a
-    chunk's models in cache across their local steps, where a full `vmap` streams all
-    M k models through memory at every step;
+    `lax.map` in chunks of `--map_batch` (each chunk `vmap`-ed; `envs.training`'s
+    `client_chunk`, `fl.cohort_update`): on a CPU this keeps a chunk's models in cache
+    across their local steps, where a full `vmap` streams all M k models through
+    memory at every step;
   - sequential: one jitted client update called per selected client of every trial,
     updates summed on the host side, the way FedJAX runs clients.
 All start from the same models with the same keys and end with the same models up to
@@ -16,6 +17,10 @@ float32 rounding (the script reports the largest parameter difference). Compilat
 is excluded (one warm-up round each).
 
   python -m launch.bench_training --flagfile=launch/flagfiles/bench_training.cfg
+
+With `--roofline` it times no round: it measures this machine's f32 matmul GFLOP/s and
+memory GB/s and counts the round's FLOPs and bytes moved per layout, the bounds of both
+sides (`experiments.training_benchmark.roofline`; docs/benchmarks_training.md).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import os
 
 from absl import app, flags
 
-from experiments.training_benchmark import benchmark
+from experiments.training_benchmark import benchmark, roofline
 from fedjax_sel import threefry_cpu, validation
 
 _NUM_CLIENTS = flags.DEFINE_integer("num_clients", 8, "N clients.")
@@ -37,6 +42,12 @@ _FEATURES = flags.DEFINE_integer("features", 8, "Input features (784 for MNIST).
 _MODEL = flags.DEFINE_string("model", "mlp_128", "A flat model of `models` (mlp_128: 784-128-10).")
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Local minibatch size.")
 _MAP_BATCH = flags.DEFINE_integer("map_batch", 1, "Client updates per lax.map chunk.")
+_ROOFLINE = flags.DEFINE_boolean(
+    "roofline",
+    False,
+    "Instead of timing rounds, measure this machine's matmul GFLOP/s and memory GB/s and "
+    "count the round's FLOPs and bytes per layout (experiments.training_benchmark.roofline).",
+)
 _OUTPUT = flags.DEFINE_string("output", None, "Write the numbers to this JSON file.")
 
 
@@ -55,17 +66,27 @@ def main(argv):
     # Both sides draw their minibatches through the same (straight-line) threefry.
     threefry_cpu.register()
     try:
-        numbers = benchmark(
-            _NUM_CLIENTS.value,
-            _NUM_SELECTED.value,
-            _NUM_TRIALS.value,
-            _NUM_ROUNDS.value,
-            _EXAMPLES.value,
-            _FEATURES.value,
-            _MODEL.value,
-            _BATCH.value,
-            _MAP_BATCH.value,
-        )
+        if _ROOFLINE.value:
+            numbers = roofline(
+                _NUM_SELECTED.value,
+                _NUM_TRIALS.value,
+                _EXAMPLES.value,
+                _FEATURES.value,
+                _MODEL.value,
+                _BATCH.value,
+            )
+        else:
+            numbers = benchmark(
+                _NUM_CLIENTS.value,
+                _NUM_SELECTED.value,
+                _NUM_TRIALS.value,
+                _NUM_ROUNDS.value,
+                _EXAMPLES.value,
+                _FEATURES.value,
+                _MODEL.value,
+                _BATCH.value,
+                _MAP_BATCH.value,
+            )
     except ValueError as e:
         raise app.UsageError(str(e)) from None
     print(json.dumps(numbers, indent=1))

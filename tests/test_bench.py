@@ -10,7 +10,7 @@ import pytest
 
 import bandits
 import fedjax_sel
-from experiments import bench, references
+from experiments import bench, references, training_benchmark
 from experiments.references import xia
 from fedjax_sel import envs, runner
 
@@ -198,3 +198,24 @@ def test_training_benchmark_command_line(tmp_path):
     # The three sides train the same clients from the same models with the same keys:
     # they end with the same parameters up to float32 rounding.
     assert numbers["max_abs_param_difference"] < 1e-5
+
+
+def test_roofline_counts_by_hand():
+    # An 8-128-10 MLP, batch 8, 16 examples (2 local steps), 2 trials x 2 slots.
+    numbers = training_benchmark.roofline(2, 2, 16, 8, "mlp_128", 8, stream_mib=8, dot_size=128)
+    params = 8 * 128 + 128 + 128 * 10 + 10
+    assert numbers["param_bytes"] == 4 * params and numbers["local_steps"] == 2
+    # Forward and weight gradients of both layers, the input gradient of the second.
+    assert numbers["step_flops"] == 2 * 8 * (2 * 8 * 128 + 3 * 128 * 10)
+    assert numbers["round_gflop"] == pytest.approx(4 * 2 * numbers["step_flops"] / 1e9)
+    # XLA's count adds the elementwise work (activations, softmax, bias gradients, update).
+    assert 1.0 < numbers["xla_step_flops"] / numbers["step_flops"] < 1.2
+    minibatch = 8 * (8 * 4 + 4)
+    assert numbers["vectorized_round_gb"] == pytest.approx(
+        4 * 2 * (5 * 4 * params + minibatch) / 1e9
+    )
+    assert numbers["per_client_round_gb"] == pytest.approx(4 * 2 * minibatch / 1e9)
+    bound = max(numbers["vectorized_compute_bound_s"], numbers["vectorized_memory_bound_s"])
+    assert numbers["vectorized_max_rounds_per_s"] == pytest.approx(1 / bound)
+    for key in ("dot_gflops", "batched_dot_gflops", "cached_dot_gflops", "stream_gbps"):
+        assert numbers[key] > 0

@@ -56,6 +56,41 @@ def test_vmapped_update_equals_sequential_loop(model, clients, mode):
         assert any(float(jnp.abs(d).max()) > 0 for d in jax.tree.leaves(one.delta))
 
 
+def test_cohort_in_chunks_equals_the_vmap_layout_and_a_loop(model, clients):
+    # 2 trials x 3 clients, each slot from its own model and on `used` of its examples:
+    # chunks of the flattened (trial, client) axis (4 leaves a remainder of 2), the full
+    # `vmap` and a plain loop over trials and clients agree up to float32 rounding.
+    x, y, counts = clients
+    update = fl.local_sgd(model.apply, learning_rate=0.3, batch_size=3, num_epochs=2)
+    starts = jax.vmap(jax.vmap(model.init))(
+        jax.random.split(jax.random.PRNGKey(0), 6).reshape(2, 3, -1)
+    )
+    slots = np.array([[0, 1, 3], [2, 0, 1]], np.int32)
+    keys = jax.random.split(jax.random.PRNGKey(1), 6).reshape(2, 3, -1)
+    used = np.array([[5, 2, 1], [9, 11, 3]], np.int32)
+    args = (starts, x, y, slots, counts[slots], keys, used)
+    pick = lambda i: tuple(a if a is x or a is y else jax.tree.map(lambda b: b[i], a) for a in args)
+    chunk = 4
+    in_axes = (0, None, None, 0, 0, 0, 0)
+    chunked = jax.jit(jax.vmap(fl.cohort_update(update, chunk), in_axes=in_axes))(*args)
+    vmapped = jax.jit(jax.vmap(fl.cohort_update(update), in_axes=in_axes))(*args)
+    _tree_allclose(chunked, vmapped, rtol=1e-5, atol=1e-6)
+    single = jax.jit(update)
+    for t, j in np.ndindex(2, 3):
+        one = single(*pick((t, j)))
+        row = jax.tree.map(lambda a, t=t, j=j: a[t, j], chunked)
+        _tree_allclose(row, one, rtol=1e-5, atol=1e-6)
+    # Unbatched, and with per-trial client data (chunks within each trial).
+    alone = jax.jit(fl.cohort_update(update, chunk))(*pick(1))
+    _tree_allclose(alone, jax.tree.map(lambda a: a[1], vmapped), rtol=1e-5, atol=1e-6)
+    per_trial = (0, 0, 0, 0, 0, 0, 0)
+    stacked = (starts, np.stack([x, x]), np.stack([y, y]), *args[3:])
+    by_trial = jax.jit(jax.vmap(fl.cohort_update(update, chunk), in_axes=per_trial))(*stacked)
+    _tree_allclose(by_trial, vmapped, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="chunk"):
+        fl.cohort_update(update, 0)
+
+
 @pytest.mark.parametrize("mode", [{"num_epochs": 3}, {"num_epochs": None, "num_steps": 4}])
 def test_padded_client_trains_exactly_as_unpadded(model, clients, mode):
     x, y, counts = clients

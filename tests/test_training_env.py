@@ -145,6 +145,29 @@ def test_short_fedavg_run_learns_and_is_reproducible(data, model):
     assert first.curves["ucb"]["cumulative_regret"]["mean"][-1] > 0
 
 
+def test_clients_in_chunks_train_as_the_vmap_layout(data, model):
+    # A round of 2 trials x 4 slots in chunks of 3 of the flattened (trial, slot) axis:
+    # the same feedback, model and statistics as the default `vmap` of every slot, up
+    # to float32 rounding.
+    selected = np.zeros((2, N), bool)
+    selected[0, [1, 4, 6, 9]] = selected[1, [0, 2, 3, 11]] = True
+
+    def one_round(env):
+        def trial(key, chosen):
+            state = env.reset(key)
+            inp = env.observe(state, 1, key)
+            return state.server, env.step(state, inp, Decision(chosen), key)
+
+        return jax.jit(jax.vmap(trial))(jax.random.split(jax.random.PRNGKey(0), 2), selected)
+
+    start, vmapped = one_round(_env(data, model, 4))
+    _, chunked = one_round(_env(data, model, 4, client_chunk=3))
+    for a, b in zip(jax.tree.leaves(chunked), jax.tree.leaves(vmapped), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), vmapped[1].server, start)
+    assert max(jax.tree.leaves(moved)) > 1e-3
+
+
 def test_time_and_rounds_to_accuracy_by_hand():
     curve = lambda v: {"mean": np.asarray(v, float), "std": np.zeros(len(v))}
     results = Results(
@@ -200,6 +223,7 @@ def test_local_accuracy_selects_the_worst_available_clients(data, model):
         (2, {"availability": 1.5}, "availability"),
         (2, {"probe_batch_size": 0}, "probe_batch_size"),
         (2, {"observe_client_loss": "yes"}, "observe_client_loss"),
+        (2, {"client_chunk": 0}, "client_chunk"),
         (
             2,
             {"algorithm": "hierarchical", "num_groups": 2, "client_group": [0, 2] * 6},

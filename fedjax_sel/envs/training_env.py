@@ -3,9 +3,9 @@
 Round t: the server sees which clients are available (and, optionally, each client's
 local accuracy of the current model); the policy picks a cohort; the k selected
 clients are gathered into k fixed slots (a fixed-size gather, never all N), run local
-SGD in parallel (`vmap` over slots), and their updates are aggregated (FedAvg, FedSGD,
-hierarchical or decentralized); the new global model is evaluated on the test set and
-the result becomes the feedback.
+SGD in parallel (`vmap` over slots, or in chunks: `client_chunk`), and their updates
+are aggregated (FedAvg, FedSGD, hierarchical or decentralized); the new global model is
+evaluated on the test set and the result becomes the feedback.
 
 Latency model (a simple default; the papers' wireless models plug in through
 `delay_env`): client i has a mean round latency `mu_i`, drawn per trial uniformly in
@@ -87,7 +87,7 @@ from fedjax_sel import validation
 from fedjax_sel.data.federated import FederatedData
 from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.fl import aggregate
-from fedjax_sel.fl.client import local_sgd, probe_minibatch
+from fedjax_sel.fl.client import cohort_update, local_sgd, probe_minibatch
 from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
 from fedjax_sel.ops import top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
@@ -250,6 +250,7 @@ def training(
     delay_env: Env | None = None,
     local_data: str = "all",
     loss_on: str = "test",
+    client_chunk: int | None = None,
 ) -> Env:
     """A federated training run as an environment.
 
@@ -308,6 +309,12 @@ def training(
         the mean over clients of its mean loss on their training examples, Chen et al.'s
         eq. 1: N n_max forward passes a round) as `RoundStats.loss` and the loss of
         "loss_decrease".
+      client_chunk: the layout of the cohort's local training (`fl.cohort_update`):
+        None trains every slot of every trial at once (`vmap`, the default on every
+        platform, the right one on an accelerator); c >= 1 trains c models at a time
+        (`lax.map` over the flattened (trial, slot) axis in `vmap`-ed chunks), equal up
+        to float32 rounding and faster on a CPU when a model is large
+        (docs/benchmarks_training.md: 8 for the 784-128-10 MLP).
 
     Returns:
       An `Env` whose `RoundStats` carry the `loss` (`loss_on`) and the test `accuracy`
@@ -368,6 +375,9 @@ def training(
         data, model = synthetic_task(n)
     check_data(data, model, n)
     update_fn = local_sgd(model.apply, learning_rate, batch_size, num_epochs, num_steps, optimizer)
+    if client_chunk is not None:
+        validation.positive_int("client_chunk", client_chunk)
+    train_cohort = cohort_update(update_fn, client_chunk)
     counts_f = jnp.asarray(data.counts, jnp.float32)
     # |B_i|: every example per epoch, or at most num_steps * batch_size draws.
     num_samples = counts_f if num_steps is None else jnp.minimum(counts_f, num_steps * batch_size)
@@ -502,7 +512,7 @@ def training(
         if used is not None:
             args, sizes = (*args, used[slots]), jnp.minimum(num_samples, used)
             counts = jnp.minimum(counts, used[slots])
-        result = jax.vmap(update_fn, in_axes=(0, None, None, 0, 0, 0, 0)[: len(args)])(*args)
+        result = train_cohort(*args)
         cohort = aggregate.Cohort(
             valid=valid,
             arrived=success[slots],

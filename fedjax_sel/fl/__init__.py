@@ -9,7 +9,7 @@ from fedjax_sel.fl.aggregate import (
     hierarchical,
     weighted_mean_update,
 )
-from fedjax_sel.fl.client import ClientResult, local_sgd, masked_cross_entropy
+from fedjax_sel.fl.client import ClientResult, cohort_update, local_sgd, masked_cross_entropy
 from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
 from fedjax_sel.fl.metrics import rounds_to_accuracy, time_to_accuracy, time_to_loss
 
@@ -17,6 +17,7 @@ __all__ = [
     "Aggregator",
     "ClientResult",
     "Cohort",
+    "cohort_update",
     "HierarchicalState",
     "decentralized",
     "evaluate",

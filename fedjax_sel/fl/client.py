@@ -262,3 +262,64 @@ def local_sgd(
         )
 
     return update
+
+
+def cohort_update(update_fn: ClientUpdate, chunk: int | None = None) -> Callable[..., ClientResult]:
+    """Runs a client update for every client of a cohort, each from its own model.
+
+    Two layouts of the same computation, equal up to float32 rounding (batched and
+    single matrix products may round differently):
+      - `chunk` None: every client at once, `vmap` over the cohort (and, under the
+        runner's `vmap` over trials, over every trial's cohort);
+      - `chunk` c: `lax.map` over the clients in `vmap`-ed chunks of c; under a `vmap`
+        (the runner's over trials) the chunks run over the flattened (trial, client)
+        axis, so c models train at once whatever the number of trials. On a CPU a chunk
+        of models small enough to stay in cache across its local steps avoids
+        streaming every model through memory at every step (docs/benchmarks_training.md).
+
+    Args:
+      update_fn: a `ClientUpdate` (`local_sgd`).
+      chunk: clients per chunk (>= 1), or None for all at once.
+
+    Returns:
+      `cohort(start, x, y, clients int32[k], counts int32[k], keys [k], *rest [k]) ->
+      ClientResult` stacked over the k clients: client j runs `update_fn(start[j], x, y,
+      clients[j], counts[j], keys[j], *rest[j])`; `start` is a pytree of [k, ...] models.
+    """
+    if chunk is None:
+
+        def vectorized(start, x, y, *per_client):
+            in_axes = (0, None, None) + (0,) * len(per_client)
+            return jax.vmap(update_fn, in_axes=in_axes)(start, x, y, *per_client)
+
+        return vectorized
+    chunk = validation.positive_int("chunk", chunk)
+
+    def mapped(start, x, y, *per_client):
+        one = lambda a: update_fn(a[0], x, y, *a[1])
+        return lax.map(one, (start, per_client), batch_size=chunk)
+
+    cohort = jax.custom_batching.custom_vmap(mapped)
+
+    @cohort.def_vmap
+    def flattened(axis_size, in_batched, start, x, y, *per_client):
+        """Under a `vmap` over trials: chunks of the flattened (trial, client) axis."""
+        out_batched = lambda out: jax.tree.map(lambda _: True, out)
+        if any(jax.tree.leaves(in_batched[1:3])):
+            # Per-trial client data: chunks of each trial's clients, `vmap`-ed over trials.
+            in_axes = jax.tree.map(lambda b: 0 if b else None, tuple(in_batched))
+            out = jax.vmap(mapped, in_axes=in_axes)(start, x, y, *per_client)
+            return out, out_batched(out)
+        batched = (start, per_client)
+        flags = (in_batched[0], tuple(in_batched[3:]))
+
+        def flat(a, b):
+            a = a if b else jnp.broadcast_to(a[None], (axis_size,) + a.shape)
+            return a.reshape((-1,) + a.shape[2:])
+
+        start, per_client = jax.tree.map(flat, batched, flags)
+        out = mapped(start, x, y, *per_client)
+        out = jax.tree.map(lambda a: a.reshape((axis_size, -1) + a.shape[1:]), out)
+        return out, out_batched(out)
+
+    return cohort
