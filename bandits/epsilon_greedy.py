@@ -36,11 +36,13 @@ def epsilon_greedy(num_clients: int, num_selected: int, epsilon: float = 0.1) ->
         return arm_stats.init(n)
 
     def select(state, inp, key):
-        coin_key, explore_key, exploit_key = jax.random.split(key, 3)
+        coin_key, tie_key = jax.random.split(key)
         score = jnp.where(state.counts > 0, arm_stats.means(state), jnp.inf)
-        exploit = ops.masked_top_k(score, inp.available, k, exploit_key)
-        explore = ops.uniform_subset(inp.available, k, explore_key)
-        selected = jnp.where(jax.random.uniform(coin_key) < eps, explore, exploit)
+        # Exploring, every client ties: the top k of equal scores, ties broken uniformly
+        # at random, is a uniformly random cohort (`ops.uniform_subset`'s definition).
+        # One selection a round, whichever the coin says (under `vmap` both would run).
+        explore = jax.random.uniform(coin_key) < eps
+        selected = ops.masked_top_k(jnp.where(explore, 0.0, score), inp.available, k, tie_key)
         return Decision(selected), state
 
     def update(state, decision, feedback):

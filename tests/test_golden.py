@@ -4,8 +4,9 @@ since: FedCS(3) on `exchange_time` selects fewer than m clients in some rounds, 
 empty slots are now charged as the slowest available client (`envs.cohort`), so its
 reward and regret entries were re-recorded; and Beta Thompson sampling's Gamma draws
 (`ops.sampling.gamma`) now take an attempt's normal and uniform from the two words of
-one hash, so its entries ("thompson", not "thompson_gaussian") were re-recorded. Every
-other entry is the original.
+one hash, so its entries ("thompson", not "thompson_gaussian") were re-recorded, as
+were epsilon-greedy's, whose exploring rounds now take the top k of equal scores (one
+selection a round). Every other entry is the original.
 
 Selections (which clients, how often) are compared exactly; floating-point metrics to a
 relative 1e-6, since a processor with other vector widths may sum a trial's clients in
