@@ -138,7 +138,7 @@ def gamma(key: jax.Array, a: jax.Array, attempts: int = 1) -> jax.Array:
     26(3), 2000: d = a - 1/3, c = 1 / sqrt(9 d), x ~ N(0, 1), u ~ U(0, 1),
     v = (1 + c x)^3; accept d v when v > 0 and u < 1 - 0.0331 x^4 (the squeeze) or
     log u < x^2/2 + d - d v + d log v; else make another attempt. An attempt is
-    accepted with probability 0.951 at a = 1 and more for larger a (0.99 from a = 4).
+    accepted with probability 0.951 at a = 1 and more for larger a.
 
     Every element makes `attempts` attempts in bulk, each from the two words of one
     hash (`_word_pairs`, materialised once), and keeps its first accepted one; the
