@@ -314,7 +314,7 @@ def training(
         platform, the right one on an accelerator); c >= 1 trains c models at a time
         (`lax.map` over the flattened (trial, slot) axis in `vmap`-ed chunks), equal up
         to float32 rounding and faster on a CPU when a model is large
-        (docs/benchmarks_training.md: 8 for the 784-128-10 MLP).
+        (docs/benchmarks_training.md: 2 for the 784-128-10 MLP on a 2-core CPU).
 
     Returns:
       An `Env` whose `RoundStats` carry the `loss` (`loss_on`) and the test `accuracy`
