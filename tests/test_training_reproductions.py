@@ -219,21 +219,6 @@ def test_huang_panels_read_the_papers_tfds_datasets():
         assert huang_training._model(images, setting).name == setting.model
 
 
-def test_huang_fig7_runs_on_a_prepared_tfds_dataset(tmp_path, monkeypatch):
-    monkeypatch.setattr(huang_training, "_model", _logistic)
-    small = huang_training.PAPER["cifar10"]._replace(samples_per_client=20, batch_size=10)
-    monkeypatch.setitem(huang_training.PAPER, "cifar10", small)
-    options = Options(
-        "calibrated", str(tmp_path), num_trials=1, num_rounds=2, dataset="cifar10", data_dir="x"
-    )
-    with tfds.testing.mock_data(num_examples=1000):
-        numbers = reproduce("huang_training", "7f", options)
-    assert numbers["dataset"] == "cifar10" and numbers["gamma_1"] == "iid"
-    accuracies = np.array(list(numbers["final_accuracy"].values()))
-    assert np.all((accuracies >= 0.0) & (accuracies <= 1.0))
-    assert os.path.exists(tmp_path / "huang_training_fig7f_calibrated.png")
-
-
 def test_exchange_time_training_keeps_the_exchange_time_rounds(monkeypatch):
     # The training environment takes the availability and contexts, hence FedCS(3)'s
     # cohorts and the fairness queues, from the exchange-time model unchanged.
