@@ -27,6 +27,7 @@ wherever no tie crosses the k-th place, and the same in distribution everywhere.
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Callable
 
@@ -43,12 +44,21 @@ def _is_static(k) -> bool:
     return isinstance(k, numbers.Integral)
 
 
-def _by_platform(k, portable: Callable, cpu: Callable, *operands) -> jax.Array:
-    """`cpu(*operands)` on CPU and `portable(*operands)` elsewhere for a static k (chosen
-    when the program is lowered); `portable(*operands)` on every platform for a traced k."""
-    if not _is_static(k):
-        return portable(*operands)
-    return lax.platform_dependent(*operands, cpu=cpu, default=portable)
+def _static_k_op(portable: Callable, cpu: Callable) -> Callable:
+    """`(k, *operands) -> cpu(k, *operands)` on CPU and `portable(k, *operands)` elsewhere
+    (chosen when the program is lowered), for a static k, jitted: JAX traces it once per
+    k and operand shapes, and reuses that jaxpr wherever the op recurs (the rounds, the
+    oracle, the metrics of every policy)."""
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def op(k, *operands):
+        return lax.platform_dependent(
+            *operands,
+            cpu=lambda *o: cpu(k, *o),
+            default=lambda *o: portable(k, *o),
+        )
+
+    return op
 
 
 def _take_first(keys: jax.Array, k) -> jax.Array:
@@ -114,6 +124,24 @@ def portable_count_true(flags: jax.Array) -> jax.Array:
     return jnp.sum(flags, dtype=jnp.int32)
 
 
+_MASKED_TOP_K = _static_k_op(
+    lambda k, s, m, r: portable_masked_top_k(s, m, k, r),
+    lambda k, s, m, r: _xla_cpu.masked_top_k(s, m, k, r),
+)
+_UNIFORM_SUBSET = _static_k_op(
+    lambda k, m, r: portable_uniform_subset(m, k, r),
+    lambda k, m, r: _xla_cpu.uniform_subset(m, k, r),
+)
+_TOP_K_MASK = _static_k_op(
+    lambda k, s, m: portable_top_k_mask(s, m, k),
+    lambda k, s, m: _xla_cpu.top_k_mask(s, m, k),
+)
+_TRUE_INDICES = _static_k_op(
+    lambda size, f: portable_true_indices(f, size),
+    lambda size, f: _xla_cpu.true_indices(f, size),
+)
+
+
 def masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
     """The k highest-scoring clients in `mask`, ties broken uniformly at random.
 
@@ -135,14 +163,9 @@ def masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.A
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
-    return _by_platform(
-        k,
-        lambda s, m, r: portable_masked_top_k(s, m, k, r),
-        lambda s, m, r: _xla_cpu.masked_top_k(s, m, k, r),
-        scores,
-        mask,
-        key,
-    )
+    if not _is_static(k):
+        return portable_masked_top_k(scores, mask, k, key)
+    return _MASKED_TOP_K(k, scores, mask, key)
 
 
 def uniform_subset(mask: jax.Array, k, key: jax.Array) -> jax.Array:
@@ -159,13 +182,9 @@ def uniform_subset(mask: jax.Array, k, key: jax.Array) -> jax.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
-    return _by_platform(
-        k,
-        lambda m, r: portable_uniform_subset(m, k, r),
-        lambda m, r: _xla_cpu.uniform_subset(m, k, r),
-        mask,
-        key,
-    )
+    if not _is_static(k):
+        return portable_uniform_subset(mask, k, key)
+    return _UNIFORM_SUBSET(k, mask, key)
 
 
 def top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
@@ -182,13 +201,9 @@ def top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
-    return _by_platform(
-        k,
-        lambda s, m: portable_top_k_mask(s, m, k),
-        lambda s, m: _xla_cpu.top_k_mask(s, m, k),
-        scores,
-        mask,
-    )
+    if not _is_static(k):
+        return portable_top_k_mask(scores, mask, k)
+    return _TOP_K_MASK(k, scores, mask)
 
 
 def gumbel_top_k(logits: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
@@ -230,8 +245,4 @@ def true_indices(flags: jax.Array, size: int) -> jax.Array:
       flags: bool[N].
       size: a Python int >= 1.
     """
-    return lax.platform_dependent(
-        flags,
-        cpu=lambda f: _xla_cpu.true_indices(f, size),
-        default=lambda f: portable_true_indices(f, size),
-    )
+    return _TRUE_INDICES(size, flags)
