@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fedjax_sel import validation
+from fedjax_sel import ops, validation
 from fedjax_sel.types import Decision, Feedback, Selector
 
 FORMS = ("dense", "compressed")
@@ -96,12 +96,12 @@ def cold_start_groups(key: chex.PRNGKey, num_clients: int, num_selected: int) ->
 def tied_argmax(index: chex.Array, tolerance: float, key: chex.PRNGKey) -> chex.Array:
     """int32[], a uniformly random entry of f32[A] `index` within `tolerance` of its max.
 
-    One random integer, not one per arm: the j-th tied entry for j uniform below the
-    number of ties.
+    One random integer, not one per arm: the j-th tied entry (`ops.nth_true`) for j
+    uniform below the number of ties.
     """
-    ties = jnp.cumsum(index >= jnp.max(index) - tolerance, dtype=jnp.int32)
-    j = jax.random.randint(key, (), 0, ties[-1])
-    return jnp.searchsorted(ties, j, side="right").astype(jnp.int32)
+    ties = index >= jnp.max(index) - tolerance
+    j = jax.random.randint(key, (), 0, ops.count_true(ties))
+    return ops.nth_true(ties, j)
 
 
 def _mask(members: chex.Array, num_clients: int) -> chex.Array:

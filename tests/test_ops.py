@@ -222,6 +222,22 @@ def test_true_indices_are_the_places_of_the_true_entries(true_indices):
                 np.testing.assert_array_equal(places, want + [n] * (size - len(want)))
 
 
+@pytest.mark.parametrize(
+    "nth_true", [selection.portable_nth_true, _xla_cpu.nth_true], ids=["definition", "xla_cpu"]
+)
+def test_nth_true_is_the_place_of_each_rank(nth_true):
+    # Against a plain loop: every rank below the number of True entries, and two at or
+    # above it (N); partial last words, empty, sparse, dense and full rows.
+    rng = np.random.default_rng(7)
+    for n in (1, 33, 1025):
+        flags = rng.random((6, n)) < np.array([0.0, 0.02, 0.3, 0.3, 0.9, 1.0])[:, None]
+        ranks = np.arange(n + 2, dtype=np.int32)
+        got = jax.jit(jax.vmap(jax.vmap(nth_true, (None, 0)), (0, None)))(flags, ranks)
+        for row, places in zip(flags, np.asarray(got), strict=True):
+            want = np.flatnonzero(row)
+            np.testing.assert_array_equal(places, [*want, *[n] * (n + 2 - want.size)])
+
+
 def _untied_batch(rng, batch, n, k):
     """Scores and masks on which no tie crosses the k-th place: distinct scores, ties
     only among the clients surely selected, and rows with fewer than k eligible."""

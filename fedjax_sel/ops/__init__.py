@@ -4,7 +4,7 @@ Depends on jax and numpy only. Each op acts on one trial's arrays (`f32[N]`); `j
 adds trial or edge-server axes.
 
 - `masked_top_k`, `uniform_subset`, `gumbel_top_k`, `top_k_mask`, `count_true`,
-  `true_indices` (`selection`): each defined portably in a few lines
+  `true_indices`, `nth_true` (`selection`): each defined portably in a few lines
   (`selection.portable_*`), and run by a sort-free backend on CPU (`_xla_cpu`), chosen
   by platform when the program is lowered. The cohort size k is a Python int or a traced int32[].
 - `grouped_masked_top_k`, `grouped_uniform_subset`, `grouped_top_k_mask`: k per
@@ -37,6 +37,7 @@ from fedjax_sel.ops.selection import (
     count_true,
     gumbel_top_k,
     masked_top_k,
+    nth_true,
     top_k_mask,
     true_indices,
     uniform_subset,
@@ -52,6 +53,7 @@ __all__ = [
     "grouped_uniform_subset",
     "gumbel_top_k",
     "masked_top_k",
+    "nth_true",
     "order_key",
     "prefix_max_cost_top_k",
     "sampling",

@@ -319,24 +319,39 @@ def _select_bit(words: jax.Array, rank: jax.Array) -> jax.Array:
     return place
 
 
-def true_indices(flags: jax.Array, size: int) -> jax.Array:
-    """int32[size]: the places of the first `size` True entries of `flags` (bool[N]) in
-    increasing order, then N (`jnp.nonzero(flags, size=size, fill_value=N)`, bit for bit).
+def _places(flags: jax.Array, ranks: jax.Array) -> jax.Array:
+    """int32 like `ranks`: the place of the True entry of each rank (from 0) of `flags`
+    (bool[N]), N for a rank at or above their number.
 
-    `jnp.nonzero` counts over all N (a cumulative sum, then a scatter); here the flags
-    are packed 32 to a word (`_bit_words`), the cumulative sum runs over the words'
-    numbers of set bits, and each of the `size` entries finds its word by a binary search
-    of those sums and its bit by `_select_bit`: one pass over N, then work in `size`.
+    The flags are packed 32 to a word (`_bit_words`), the cumulative sum runs over the
+    words' numbers of set bits, and each rank finds its word by a binary search of those
+    sums and its bit by `_select_bit`: one pass over N, then work in the ranks.
     """
     n = flags.shape[0]
     words = _bit_words(flags)
     counts = lax.population_count(words).astype(jnp.int32)
     ends = jnp.cumsum(counts)
-    entry = jnp.arange(size, dtype=jnp.int32)
-    word = jnp.minimum(jnp.searchsorted(ends, entry, side="right"), words.shape[0] - 1)
-    rank = entry - ends[word] + counts[word]
+    word = jnp.minimum(jnp.searchsorted(ends, ranks, side="right"), words.shape[0] - 1)
+    rank = ranks - ends[word] + counts[word]
     place = 32 * word + _select_bit(words[word], rank).astype(jnp.int32)
-    return jnp.where(entry < ends[-1], place, n)
+    return jnp.where(ranks < ends[-1], place, n)
+
+
+def true_indices(flags: jax.Array, size: int) -> jax.Array:
+    """int32[size]: the places of the first `size` True entries of `flags` (bool[N]) in
+    increasing order, then N (`jnp.nonzero(flags, size=size, fill_value=N)`, bit for bit).
+
+    `jnp.nonzero` counts over all N (a cumulative sum, then a scatter); here `_places`
+    packs the flags into words and counts over those.
+    """
+    return _places(flags, jnp.arange(size, dtype=jnp.int32))
+
+
+def nth_true(flags: jax.Array, rank: jax.Array) -> jax.Array:
+    """int32[]: the place of the True entry of rank `rank` (int32[], from 0) of `flags`
+    (bool[N]), N if `rank` is at or above their number (`_places`; the definition's
+    cumulative sum over N takes several passes on XLA:CPU)."""
+    return _places(flags, jnp.asarray(rank, jnp.int32))
 
 
 def _unpack(words: jax.Array, n: int) -> jax.Array:

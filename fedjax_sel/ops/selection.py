@@ -119,6 +119,13 @@ def portable_true_indices(flags: jax.Array, size: int) -> jax.Array:
     return jnp.nonzero(flags, size=size, fill_value=flags.shape[0])[0].astype(jnp.int32)
 
 
+def portable_nth_true(flags: jax.Array, rank: jax.Array) -> jax.Array:
+    """The definition of `nth_true`: the first place where the running count of True
+    entries exceeds `rank`."""
+    running = jnp.cumsum(flags, dtype=jnp.int32)
+    return jnp.searchsorted(running, rank, side="right").astype(jnp.int32)
+
+
 def portable_count_true(flags: jax.Array) -> jax.Array:
     """The definition of `count_true`: an int32 sum."""
     return jnp.sum(flags, dtype=jnp.int32)
@@ -246,3 +253,19 @@ def true_indices(flags: jax.Array, size: int) -> jax.Array:
       size: a Python int >= 1.
     """
     return _TRUE_INDICES(size, flags)
+
+
+def nth_true(flags: jax.Array, rank: jax.Array) -> jax.Array:
+    """int32[], the place of the True entry of rank `rank` of `flags`, counted from 0 in
+    index order, or N if fewer than `rank` + 1 entries are True: a uniformly random one
+    of them for a `rank` uniform below their number (`count_true`), one random integer
+    in place of one per entry.
+
+    On CPU `_xla_cpu.nth_true` (the flags packed into words, as `true_indices`), bit for
+    bit the definition, a cumulative sum over N.
+
+    Args:
+      flags: bool[N].
+      rank: int32[] >= 0, traced or not.
+    """
+    return lax.platform_dependent(flags, rank, cpu=_xla_cpu.nth_true, default=portable_nth_true)
