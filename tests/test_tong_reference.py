@@ -114,9 +114,10 @@ def test_bp_ucb_first_slot_by_hand():
         np.testing.assert_array_equal(chosen[4], best)
 
 
-@pytest.mark.parametrize("policy", ["quick_init_ucb", "bp_ucb"])
+@pytest.mark.parametrize("policy", ["quick_init_ucb", "quick_init_ucb_compressed", "bp_ucb"])
 def test_every_metric_agrees_in_distribution(policy, nothing_traced):
-    numpy_trial = getattr(ref, f"numpy_trial_{policy}")
+    # The compressed form against the dense reference: the same policy in distribution.
+    numpy_trial = getattr(ref, f"numpy_trial_{policy.removesuffix('_compressed')}")
     jax_run = getattr(ref, f"jax_run_{policy}")
     ours = [numpy_trial(np.random.default_rng([7, m]), T) for m in range(M)]
     # One jitted trial per seed: M samples of one program (the builders are cached),

@@ -90,6 +90,14 @@ PAPER: dict[str, Case] = {
         tong.jax_run_quick_init_ucb,
         tong.numpy_trial_quick_init_ucb,
     ),
+    "quick_init_ucb_compressed": Case(
+        "Tong et al., Figs. 6-9 (bandit only, calibrated), as quick_init_ucb; the jitted "
+        "policy in its compressed form (spec §8.2: 56 compositions and the arms played, "
+        "the same distribution of selections), the reference dense",
+        tong.NUM_CLIENTS_QUICK_INIT_UCB,
+        tong.jax_run_quick_init_ucb_compressed,
+        tong.numpy_trial_quick_init_ucb,
+    ),
     "bp_ucb": Case(
         "Tong et al., Figs. 6-9 (bandit only, calibrated): N = 20 clients, K = 5, warm-start "
         "opinion surrogate, Ising BP on the 3-nearest-neighbour graph",

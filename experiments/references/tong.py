@@ -296,6 +296,16 @@ def jitted_quick_init_ucb():
     return bandits.quick_init_ucb(NUM_CLIENTS_QUICK_INIT_UCB, K, form="dense")
 
 
+@functools.lru_cache(maxsize=2)
+def jitted_quick_init_ucb_compressed(num_rounds: int):
+    """Quick-Init UCB at N = 20 in the compressed form (spec §8.2), its table of played
+    arms sized for `num_rounds` slots (at least the cold start and one slot), built once
+    per size."""
+    groups = NUM_CLIENTS_QUICK_INIT_UCB // K
+    horizon = max(num_rounds, groups + 1)
+    return bandits.quick_init_ucb(NUM_CLIENTS_QUICK_INIT_UCB, K, form="compressed", horizon=horizon)
+
+
 @functools.lru_cache(maxsize=1)
 def jitted_bp_ucb():
     """The reproduction's BP-UCB (`bandits.bp_ucb`, graph seed 0), built once."""
@@ -320,6 +330,17 @@ def jax_run_quick_init_ucb(
     """A call running `num_trials` jitted trials of Quick-Init UCB (`run_trials`; the
     program is compiled on the first call and reused): the trial means of the metrics."""
     selector, env = jitted_quick_init_ucb(), surrogate(NUM_CLIENTS_QUICK_INIT_UCB)
+    return functools.partial(_jitted_metrics, selector, env, num_trials, num_rounds, seed)
+
+
+def jax_run_quick_init_ucb_compressed(
+    num_trials: int, num_rounds: int, seed: int
+) -> Callable[[], dict[str, float]]:
+    """As `jax_run_quick_init_ucb`, in the compressed form: the same distribution of
+    selections (`bandits.super_arms`), from the arms' compositions and the arms played
+    (at most one a slot) in place of all 15,504 arms."""
+    selector = jitted_quick_init_ucb_compressed(num_rounds)
+    env = surrogate(NUM_CLIENTS_QUICK_INIT_UCB)
     return functools.partial(_jitted_metrics, selector, env, num_trials, num_rounds, seed)
 
 
