@@ -119,6 +119,74 @@ def test_paper_constants_contract_and_give_beliefs_near_r_squared():
     np.testing.assert_allclose(again, belief, atol=1e-6)
 
 
+def test_sweeps_stop_after_the_first_that_moves_no_message_beyond_the_tolerance():
+    # Against a host loop of single sweeps: stop after the first sweep whose largest
+    # move is at most the tolerance, or after `iterations`. Batched, each member stops
+    # on its own (cold and warm starts, strong and weak couplings need different
+    # numbers of sweeps) as alone: one sweep fewer would move a message by more than the
+    # tolerance (XLA may round the batched sweep's sums differently in the last bit).
+    adjacency, coupling, _ = _tree()
+    rng = np.random.default_rng(4)
+    r = rng.uniform(0.2, 0.95, (6, 7)).astype(np.float32)
+    start = np.where(adjacency, rng.normal(0, 1, (6, 7, 7)), 0.0).astype(np.float32)
+    start[:3] = 0.0
+    scale = np.array([1.0, 0.1, 0.01, 1.0, 0.1, 0.01], np.float32)[:, None, None]
+    args = lambda i: (  # noqa: E731
+        jnp.asarray(r[i]),
+        jnp.asarray(start[i]),
+        jnp.asarray(adjacency),
+        jnp.asarray(coupling * scale[i], jnp.float32),
+    )
+    stop = lambda *a: bp.ising_beliefs(*a, 40, tolerance=1e-5)  # noqa: E731
+    one_sweep = jax.jit(lambda *a: bp.ising_beliefs(*a, 1))
+    batch = (r, start, jnp.asarray(adjacency), jnp.asarray(coupling * scale, jnp.float32))
+    batched = jax.jit(jax.vmap(stop, (0, 0, None, 0)))(*batch)
+    sweeps = []
+    for i in range(6):
+        opinions, messages, link, j = args(i)
+        for count in range(1, 41):  # noqa: B007
+            belief, fresh = one_sweep(opinions, messages, link, j)
+            moved = float(jnp.max(jnp.abs(fresh - messages)))
+            messages = fresh
+            if moved <= 1e-5:
+                break
+        sweeps.append(count)
+        alone = jax.jit(stop)(*args(i))
+        for got, want in zip(alone, (belief, messages), strict=True):
+            np.testing.assert_array_equal(got, want)
+        for got, want in zip(batched, alone, strict=True):
+            np.testing.assert_allclose(got[i], want, rtol=0, atol=1e-7)
+    assert len(set(sweeps)) > 2 and max(sweeps) < 40, sweeps
+
+
+def test_stopping_at_the_tolerance_selects_as_all_sweeps_on_the_paper_graph():
+    # On the default graph (kappa_BP = 2.3e-4) the sweeps stopped at 1e-6 leave beliefs
+    # equal to those of 30 sweeps: the same selections slot after slot.
+    n, k, slots = 20, 5, 25
+    rng = np.random.default_rng(5)
+    opinions = jnp.asarray(np.clip(rng.normal(0.75, 0.1, (slots, 8, n)), 0, 1), jnp.float32)
+    keys = jax.random.split(jax.random.PRNGKey(6), (slots, 8))
+
+    def run(selector):
+        def slot(state, x):
+            t, opinion, key = x
+            inp = RoundInput(t=t, available=jnp.ones(n, bool))
+            decision, state = selector.select(state, inp, key)
+            state = selector.update(state, decision, _feedback(opinion))
+            return state, (decision.selected, state.belief)
+
+        def trial(key, opinion, slot_keys):
+            ts = jnp.arange(1, slots + 1, dtype=jnp.int32)
+            return jax.lax.scan(slot, selector.init(key), (ts, opinion, slot_keys))[1]
+
+        init_keys = jax.random.split(jax.random.PRNGKey(7), 8)
+        return jax.jit(jax.vmap(trial, (0, 1, 1)))(init_keys, opinions, keys)
+
+    every, stopped = run(bp.bp_ucb(n, k)), run(bp.bp_ucb(n, k, bp_tolerance=1e-6))
+    for got, want in zip(stopped, every, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def _feedback(opinions):
     n = opinions.shape[0]
     ones = jnp.ones((n,), bool)
@@ -170,3 +238,5 @@ def test_bad_input_is_refused():
         bp.bp_ucb(7, 2)
     with pytest.raises(ValueError, match="damping"):
         bp.bp_ucb(6, 2, damping=1.0)
+    with pytest.raises(ValueError, match="bp_tolerance"):
+        bp.bp_ucb(6, 2, bp_tolerance=-1e-6)

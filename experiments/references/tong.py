@@ -26,8 +26,8 @@ reports its opinion r_{t,n} = clip(acc_t + sigma_o eps_{t,n}, 0, 1).
   graph of 3 nearest neighbours plus the minimum spanning tree, seed 0) from the last
   slot's opinions (A20), ties within 1e-6 uniformly at random. The messages are
   warm-started slot to slot; the synchronous sweeps of eq. (28) stop when no message
-  moves by more than 1e-6, or after 30 sweeps (the jitted policy always runs 30, which
-  `vmap` needs; the fixed point is the same, kappa_BP being 2.3e-4 on this graph).
+  moves by more than 1e-6, or after 30 sweeps, in the jitted policy too (`bp_tolerance`;
+  its default runs all 30, the same selections on this graph, kappa_BP being 2.3e-4).
 
 Each reference is one trial, a Python loop over slots, every slot vectorised over the
 super-arms or the clients with NumPy; a trial of T = 200 slots (Figs. 7 and 9) takes
@@ -308,8 +308,15 @@ def jitted_quick_init_ucb_compressed(num_rounds: int):
 
 @functools.lru_cache(maxsize=1)
 def jitted_bp_ucb():
-    """The reproduction's BP-UCB (`bandits.bp_ucb`, graph seed 0), built once."""
-    return bandits.bp_ucb(NUM_CLIENTS_BP_UCB, K, graph_seed=GRAPH_SEED)
+    """The reproduction's BP-UCB (`bandits.bp_ucb`, graph seed 0), its sweeps stopped as
+    the reference's, built once."""
+    return bandits.bp_ucb(
+        NUM_CLIENTS_BP_UCB,
+        K,
+        graph_seed=GRAPH_SEED,
+        bp_iterations=BP_SWEEPS,
+        bp_tolerance=BP_TOLERANCE,
+    )
 
 
 def _jitted_metrics(selector, env, num_trials, num_rounds, seed) -> dict[str, float]:
