@@ -46,6 +46,13 @@ def test_availability_rate_and_oracle_among_available():
         eligible = np.flatnonzero(row)
         expected = eligible[np.argsort(-MEANS[eligible], kind="stable")][:2]
         assert sorted(np.flatnonzero(best)) == sorted(expected)
+    # With every client available the decision computed at reset serves, alone and in
+    # a batch that needs no search; with one unavailable, the search.
+    everyone = jnp.ones((3, 4), bool)
+    np.testing.assert_array_equal(oracle(everyone), np.tile([False, True, False, True], (3, 1)))
+    np.testing.assert_array_equal(oracle(everyone[:1])[0], oracle(everyone.at[0, 3].set(False))[1])
+    alone = env.oracle(state, inp._replace(available=jnp.array([True, True, True, False])))
+    np.testing.assert_array_equal(alone.selected, [False, True, True, False])
 
 
 def test_stats_are_the_sums_of_means():

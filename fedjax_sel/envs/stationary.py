@@ -66,12 +66,15 @@ class StationaryState(NamedTuple):
     Attributes:
       means: f32[N], expected reward of each client.
       availability: the availability process's state (None for Bernoulli availability).
-      full_oracle_reward: f32[], the sum of the k largest means, the oracle's value of a
+      full_oracle: bool[N], the k clients of largest mean, the oracle's decision in a
         round in which every client is available.
+      full_oracle_reward: f32[], the sum of their means, the oracle's value of such a
+        round.
     """
 
     means: chex.Array
     availability: Any
+    full_oracle: chex.Array
     full_oracle_reward: chex.Array
 
 
@@ -116,14 +119,21 @@ def _stationary_env(
     def oracle_value(mu, available):
         return jnp.sum(jnp.where(top_k_mask(mu, available, k), mu, 0.0))
 
+    def when_unavailable(available, compute, full, *operands):
+        """`compute(*operands)` if a client is unavailable, else `full`, computed at reset."""
+        return where_needed(
+            ~jnp.all(available), lambda f, *o: compute(*o), lambda f, *o: f, full, *operands
+        )
+
     def reset(key, params=None):
         params = defaults if params is None else params
         if params.means is not None:
             mu = params.means
         else:
             mu = jax.random.uniform(key, (n,), minval=params.means_low, maxval=params.means_high)
-        full = oracle_value(mu, jnp.ones((n,), bool))
-        return StationaryState(mu, process.init(key, params.availability), full)
+        best = top_k_mask(mu, jnp.ones((n,), bool), k)
+        full = jnp.sum(jnp.where(best, mu, 0.0))
+        return StationaryState(mu, process.init(key, params.availability), best, full)
 
     def observe(state, t, key, params=None):
         params = defaults if params is None else params
@@ -132,7 +142,11 @@ def _stationary_env(
 
     def oracle(state, round_input, params=None):
         del params
-        return Decision(selected=top_k_mask(state.means, round_input.available, k))
+        available = round_input.available
+        best = lambda mu, available: top_k_mask(mu, available, k)  # noqa: E731
+        return Decision(
+            when_unavailable(available, best, state.full_oracle, state.means, available)
+        )
 
     def rewards(key, means, scale, selected):
         """f32[N]: the selected clients' rewards (others undefined, `Feedback`)."""
@@ -155,13 +169,12 @@ def _stationary_env(
         stats = RoundStats(
             expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)) + empty,
             # The k best means, computed at reset, unless a client is unavailable.
-            oracle_reward=where_needed(
-                ~jnp.all(round_input.available),
-                lambda mu, available, full: oracle_value(mu, available),
-                lambda mu, available, full: full,
+            oracle_reward=when_unavailable(
+                round_input.available,
+                oracle_value,
+                state.full_oracle_reward,
                 state.means,
                 round_input.available,
-                state.full_oracle_reward,
             ),
             reward=jnp.sum(jnp.where(selected, reward, 0.0)) + empty,
             latency=jnp.float32(0.0),
