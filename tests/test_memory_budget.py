@@ -18,16 +18,16 @@ def kept_bytes(num_rounds, num_trials):
 
 
 def test_trial_memory_bytes_by_hand():
-    # Bernoulli env state (means f32[N], the oracle's value f32[]; Bernoulli availability
-    # keeps no state) = 4N + 4 bytes, UCB state (counts, sums) 8N, running totals 4N + 12
-    # scalars (5 double-f32 sums, the largest cohort, the invalid rounds): the carry is
-    # 16N + 52 bytes. A round
+    # Bernoulli env state (means f32[N], the oracle's decision bool[N] and value f32[];
+    # Bernoulli availability keeps no state) = 5N + 4 bytes, UCB state (counts, sums) 8N,
+    # running totals 4N + 12 scalars (5 double-f32 sums, the largest cohort, the invalid
+    # rounds): the carry is 17N + 52 bytes. A round
     # materialises t (4) + available (N), the decision (N), the new UCB state (8N), and
     # the step's feedback (observed N, reward 4N, latency 4N, success N), env state
-    # (4N + 4) and 5 f32 statistics (20): 24N + 28 bytes.
+    # (5N + 4) and 5 f32 statistics (20): 25N + 28 bytes.
     # Estimate: 2 * carry + 2 * round.
     env, ucb = envs.bernoulli(N, K), bandits.ucb(N, K)
-    assert runner.trial_memory_bytes(env, ucb) == 2 * (16 * N + 52) + 2 * (24 * N + 28)
+    assert runner.trial_memory_bytes(env, ucb) == 2 * (17 * N + 52) + 2 * (25 * N + 28)
 
 
 def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_trials():
