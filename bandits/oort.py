@@ -386,41 +386,21 @@ def rank(
     )
 
 
-def _top_within(values: chex.Array, mask: chex.Array, size: chex.Array, bound: int):
-    """bool[N]: `ops.top_k_mask(values, mask, size)` for a `size` known only at run time
-    but at most `bound` (static), the same clients: the top `bound` by the op of a static
-    k (no 32-pass bisection), then the first `size` of them in the same order (larger
-    value, then lower index), ranked pairwise."""
-    n = values.shape[0]
-    bound = min(bound, n)
-    top = ops.top_k_mask(values, mask, bound)
-    index = ops.true_indices(top, bound)  # padded with N
-    present = index < n
-    keys = order_key(values, mask & (values > -jnp.inf))[jnp.minimum(index, n - 1)]
-    ahead = (keys[None, :] > keys[:, None]) | (
-        (keys[None, :] == keys[:, None]) & (index[None, :] < index[:, None])
-    )
-    place = jnp.sum(ahead & present[None, :], axis=1, dtype=jnp.int32)
-    return jnp.zeros((n,), bool).at[index].set(present & (place < size), mode="drop")
-
-
-def _sample(weights: chex.Array, mask: chex.Array, size: chex.Array, bound: int, key: chex.Array):
-    """bool[N]: `size` (at most `bound`) clients of `mask` without replacement, P
-    proportional to `weights` (the top `size` of log-weights plus Gumbel noise; zero
-    weights never drawn).
+def _sample(weights: chex.Array, mask: chex.Array, size: chex.Array, key: chex.Array):
+    """bool[N]: `size` clients of `mask` without replacement, P proportional to `weights`
+    (the top `size` of log-weights plus Gumbel noise; zero weights never drawn).
 
     `ops.gumbel_top_k`'s law, but ties go to the lower index (`ops.top_k_mask`): Gumbel
     noise leaves ties of probability zero, and `gumbel_top_k` breaks them with a random
     permutation, a sort when, as here, the size is known only at run time."""
     logits = jnp.log(weights) + jax.random.gumbel(key, weights.shape)
-    return _top_within(logits, mask, size, bound)
+    return ops.top_k_mask(logits, mask, size)
 
 
 def exploration_window(cfg: Config, ranking: Ranking, take: chex.Array) -> chex.Array:
     """bool[N]: the `sample_window` x `take` unexplored clients of best initial utility."""
     size = jnp.minimum(jnp.asarray(cfg.window_len)[take], ranking.num_unexplored)
-    bound = int(cfg.window_len[cfg.num_selected])
-    return _top_within(ranking.initial, ranking.unexplored, size, max(bound, 1))
+    return ops.top_k_mask(ranking.initial, ranking.unexplored, size)
 
 
 def oort(
@@ -491,19 +471,19 @@ def oort(
         num_samples, duration = (read("RoundInput", inp.info, key) for key in _ROUND_KEYS)
         ranking = rank(cfg, state, inp.available, num_samples, duration)
         exploit_key, explore_key, stale_key = jax.random.split(key, 3)
-        exploit = _sample(ranking.score, ranking.candidates, ranking.exploit_len, m, exploit_key)
+        exploit = _sample(ranking.score, ranking.candidates, ranking.exploit_len, exploit_key)
         count = ranking.num_unexplored
         room = m - jnp.sum(exploit, dtype=jnp.int32)
         take = jnp.minimum(count, room)
         window = exploration_window(cfg, ranking, take)
-        explore = _sample(ranking.initial, window, take, m, explore_key)
+        explore = _sample(ranking.initial, window, take, explore_key)
         explored = explore
         if cfg.stale:
             # FedScale's last exploration list, kept whole; of it, the available clients
             # not exploited, at most the room left (uniformly), join the cohort.
             explored = jnp.where(count > 0, explore, state.explored)
             left = state.explored & inp.available & ~exploit
-            rejoin = _sample(jnp.ones(left.shape), left, room, m, stale_key)
+            rejoin = _sample(jnp.ones(left.shape), left, room, stale_key)
             explore = jnp.where(count > 0, explore, rejoin)
         called = state._replace(
             successful=jnp.zeros_like(state.successful),

@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_sel import ops
 from fedjax_sel.types import Feedback, RoundInput
 
 # The module (the package binds `bandits.oort` to the factory).
@@ -326,7 +325,7 @@ def test_weighted_sample_has_successive_sampling_inclusion_probabilities():
     keys = jax.random.split(jax.random.PRNGKey(3), draws)
     sample = jax.jit(
         jax.vmap(
-            lambda k: oort_lib._sample(jnp.asarray(weights), jnp.asarray(mask), jnp.int32(2), 3, k)
+            lambda k: oort_lib._sample(jnp.asarray(weights), jnp.asarray(mask), jnp.int32(2), k)
         )
     )(keys)
     freq = np.asarray(sample).mean(0)
@@ -433,19 +432,3 @@ def test_blacklist_excludes_the_most_reported_clients_as_fedscale():
     )
     assert int(ranking.exploit_len) == exploit_len
     assert set(np.flatnonzero(ranking.candidates)) == pool
-
-
-def test_the_top_within_a_bound_is_the_top_k_mask_of_the_traced_size():
-    # Against `ops.top_k_mask` with the size traced (a 32-pass bisection): the same
-    # clients for every size up to the bound, with ties, -inf, NaN and masked clients.
-    rng = np.random.default_rng(8)
-    values = rng.integers(0, 6, (16, 40)).astype(np.float32)
-    values[rng.random(values.shape) < 0.1] = -np.inf
-    values[rng.random(values.shape) < 0.05] = np.nan
-    mask = rng.random(values.shape) < 0.8
-    for bound in (1, 7, 40):
-        sizes = rng.integers(0, bound + 1, 16).astype(np.int32)
-        args = (jnp.asarray(values), jnp.asarray(mask), jnp.asarray(sizes))
-        got = jax.jit(jax.vmap(lambda v, m, s, b=bound: oort_lib._top_within(v, m, s, b)))(*args)
-        want = jax.jit(jax.vmap(ops.top_k_mask))(*args)
-        np.testing.assert_array_equal(got, want, err_msg=f"bound {bound}")
