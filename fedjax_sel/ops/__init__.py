@@ -15,10 +15,11 @@ adds trial or edge-server axes.
 - `sherman_morrison_update` (`linalg`), `prefix_max_cost_top_k` (`latency`),
   `order_key` (`order`: the f32 total order as u32 that every op ranks by),
   `where_needed` (`batching`: a conditional that stays one under `jax.vmap`).
-- `sampling.gamma`, `sampling.beta`: exact Gamma and Beta draws for shapes >= 1 from
-  one bulk Marsaglia-Tsang attempt, the rare rejected elements gathered for the next
-  (no per-element rejection loop); `sampling.uniform_at`, `sampling.normal_at`: JAX's
-  uniform and normal draws over N, at a few positions only.
+- `sampling.gamma`, `sampling.beta`: exact Gamma and Beta draws for shapes >= 1,
+  Marsaglia-Tsang attempts made in bulk over the whole batch, again only while an
+  element is left without an accepted one (no per-element rejection loop);
+  `sampling.uniform_at`, `sampling.normal_at`: JAX's uniform and normal draws over N,
+  at a few positions only.
 """
 
 from fedjax_sel.ops import assignment, sampling
