@@ -37,57 +37,23 @@ def _counter_hashed(key: jax.Array) -> bool:
     return "threefry2x32" in impl and jax.config.jax_threefry_partitionable
 
 
-@functools.partial(jax.jit, static_argnames=("size", "minval", "maxval"))
-def uniform_at(
-    key: jax.Array, index: jax.Array, size: int, minval: float = 0.0, maxval: float = 1.0
-) -> jax.Array:
-    """`jax.random.uniform(key, (size,), minval=minval, maxval=maxval)[index]`, bit for bit.
+def _bits_at(key: jax.Array, index: jax.Array, size: int) -> jax.Array:
+    """u32[k]: `jax.random.bits(key, (size,))[index]`, bit for bit (`index` clipped to
+    [0, size), as the definition's gather does).
 
-    With JAX's default PRNG (threefry2x32, partitionable), entry i of a uniform draw is
-    a function of the key and of i alone: the two words of threefry2x32(key, (0, i)),
-    xor-ed, whose 23 high bits become the mantissa of a float in [1, 2). Here only the
-    entries of `index` are hashed, so that the cost follows `index`, not `size`. With
-    another PRNG the definition itself runs. Jitted, so that its arithmetic rounds as
-    `jax.random.uniform`'s (fused) does, even when called eagerly.
-
-    Args:
-      key: a PRNG key (one trial's).
-      index: int32[k], positions in [0, size) (others are clipped to it, as the
-        definition's gather does).
-      size: N, the length of the draw that `index` reads.
-      minval, maxval: the range, as for `jax.random.uniform`.
-
-    Returns:
-      f32[k].
+    With JAX's default PRNG (threefry2x32, partitionable), entry i is a function of the
+    key and of i alone: the two words of threefry2x32(key, (0, i)), xor-ed. Only the
+    entries of `index` are hashed then, so that the cost follows `index`, not `size`;
+    with another PRNG the definition itself runs.
     """
+    index = jnp.clip(index, 0, size - 1)
     if not _counter_hashed(key):
-        return jax.random.uniform(key, (size,), minval=minval, maxval=maxval)[index]
+        return jax.random.bits(key, (size,))[index]
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.key_data(key)
-    counter = jnp.clip(index, 0, size - 1).astype(jnp.uint32)
+    counter = index.astype(jnp.uint32)
     bits1, bits2 = threefry2x32_p.bind(key[0], key[1], jnp.zeros_like(counter), counter)
-    mantissa = ((bits1 ^ bits2) >> np.uint32(9)) | np.uint32(0x3F800000)
-    floats = lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)
-    low, high = np.float32(minval), np.float32(maxval)
-    return lax.max(low, floats * (high - low) + low)
-
-
-@functools.partial(jax.jit, static_argnames=("size",))
-def normal_at(key: jax.Array, index: jax.Array, size: int) -> jax.Array:
-    """`jax.random.normal(key, (size,))[index]`, bit for bit: sqrt(2) erfinv(u) of the
-    uniform in (-1, 1) that `jax.random.normal` draws, at `index` only (`uniform_at`).
-
-    Args:
-      key: a PRNG key.
-      index: int32[k], positions in [0, size).
-      size: N, the length of the draw that `index` reads.
-
-    Returns:
-      f32[k].
-    """
-    low = np.nextafter(np.float32(-1.0), np.float32(0.0))
-    u = uniform_at(key, index, size, low, 1.0)
-    return np.float32(np.sqrt(2)) * lax.erf_inv(u)
+    return bits1 ^ bits2
 
 
 def _word_pairs(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
@@ -119,16 +85,51 @@ def _normal(bits: jax.Array) -> jax.Array:
     return np.float32(np.sqrt(2)) * lax.erf_inv(lax.max(low, 2.0 * _unit(bits) + low))
 
 
-def _squeeze(x, u, v):
-    """Marsaglia and Tsang's squeeze, u < 1 - 0.0331 x^4 (with v > 0): most attempts
-    are accepted by it, without a logarithm."""
-    return (v > 0) & (u < 1.0 - 0.0331 * (x * x) * (x * x))
+@functools.partial(jax.jit, static_argnames=("size", "minval", "maxval"))
+def uniform_at(
+    key: jax.Array, index: jax.Array, size: int, minval: float = 0.0, maxval: float = 1.0
+) -> jax.Array:
+    """`jax.random.uniform(key, (size,), minval=minval, maxval=maxval)[index]`, bit for
+    bit, hashing only the entries of `index` (`_bits_at`). Jitted, so that its arithmetic
+    rounds as `jax.random.uniform`'s (fused) does, even when called eagerly.
+
+    Args:
+      key: a PRNG key (one trial's).
+      index: int32[k], positions in [0, size) (others are clipped to it, as the
+        definition's gather does).
+      size: N, the length of the draw that `index` reads.
+      minval, maxval: the range, as for `jax.random.uniform`.
+
+    Returns:
+      f32[k].
+    """
+    low, high = np.float32(minval), np.float32(maxval)
+    return lax.max(low, _unit(_bits_at(key, index, size)) * (high - low) + low)
 
 
-def _log_test(x, u, v, d):
-    """Marsaglia and Tsang's acceptance test, log u < x^2 / 2 + d (1 - v + log v) with
-    v > 0, for the attempts the squeeze does not accept."""
-    return (v > 0) & (jnp.log(u) < 0.5 * x * x + d * (1.0 - v + jnp.log(jnp.maximum(v, 1e-30))))
+@functools.partial(jax.jit, static_argnames=("size",))
+def normal_at(key: jax.Array, index: jax.Array, size: int) -> jax.Array:
+    """`jax.random.normal(key, (size,))[index]`, bit for bit, hashing only the entries
+    of `index` (`_bits_at`, `_normal`).
+
+    Args:
+      key: a PRNG key.
+      index: int32[k], positions in [0, size).
+      size: N, the length of the draw that `index` reads.
+
+    Returns:
+      f32[k].
+    """
+    return _normal(_bits_at(key, index, size))
+
+
+def _accepted(x, u, v, d):
+    """Marsaglia and Tsang's acceptance of an attempt: v > 0 and either their squeeze,
+    u < 1 - 0.0331 x^4 (most attempts, no logarithm's rounding), or their test,
+    log u < x^2 / 2 + d (1 - v + log v)."""
+    squeeze = u < 1.0 - 0.0331 * (x * x) * (x * x)
+    log_test = jnp.log(u) < 0.5 * x * x + d * (1.0 - v + jnp.log(jnp.maximum(v, 1e-30)))
+    return (v > 0) & (squeeze | log_test)
 
 
 def gamma(key: jax.Array, a: jax.Array, attempts: int = 1) -> jax.Array:
@@ -164,7 +165,7 @@ def gamma(key: jax.Array, a: jax.Array, attempts: int = 1) -> jax.Array:
         )
         x, u = _normal(normal_bits), _unit(uniform_bits)
         v = (1.0 + c * x) ** 3
-        accept = _squeeze(x, u, v) | _log_test(x, u, v, d)
+        accept = _accepted(x, u, v, d)
         return jnp.where(done, value, d * v), done | accept
 
     value, done = jnp.zeros_like(a), jnp.zeros(a.shape, bool)
