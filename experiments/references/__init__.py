@@ -12,6 +12,7 @@ Python loop over rounds, each round vectorised over the clients with NumPy.
   (`assignment_milp`) that validates the assignment kernels;
 - `tong`: Quick-Init UCB and BP-UCB on the opinion surrogate of Tong et al.;
 - `beyond`: Oort and Power-of-Choice on the heterogeneous-device environment.
+- `fairness`: the selection-fairness totals the references report (Jain's index).
 
 `PAPER` registers each paper policy's reference on its paper's setting, with the jitted
 run of the same policy on the same environment, for `launch.bench --policies=<name>`.

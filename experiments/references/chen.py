@@ -41,6 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from experiments.references.fairness import selection_totals
 from experiments.reproductions import chen
 
 NUM_SERVERS = chen.NUM_SERVERS
@@ -151,8 +152,7 @@ def numpy_trial_dfl_ccmab(rng: np.random.Generator, num_rounds: int) -> dict[str
         "cumulative_latency": latency,
         "cumulative_regret": regret,
         "cumulative_failed": failed,
-        "jain_index": float(pulls.sum() ** 2 / (k * np.sum(pulls * pulls))),
-        "min_selection_fraction": float(pulls.min() / num_rounds),
+        **selection_totals(pulls, num_rounds),
     }
 
 

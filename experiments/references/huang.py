@@ -41,6 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from experiments.references.fairness import selection_totals
 from experiments.reproductions import huang
 from fedjax_sel.envs.exchange_time import true_coefficients
 
@@ -159,8 +160,7 @@ def numpy_trial_rbcs_f(rng: np.random.Generator, num_rounds: int) -> dict[str, f
         "cumulative_latency": latency,
         "cumulative_regret": regret,
         "cumulative_realized_regret": realized,
-        "jain_index": float(pulls.sum() ** 2 / (n * np.sum(pulls * pulls))),
-        "min_selection_fraction": float(pulls.min() / num_rounds),
+        **selection_totals(pulls, num_rounds),
         "mean_queue": float(queue.mean()),
     }
 
