@@ -44,23 +44,6 @@ def _is_static(k) -> bool:
     return isinstance(k, numbers.Integral)
 
 
-def _static_k_op(portable: Callable, cpu: Callable) -> Callable:
-    """`(k, *operands) -> cpu(k, *operands)` on CPU and `portable(k, *operands)` elsewhere
-    (chosen when the program is lowered), for a static k, jitted: JAX traces it once per
-    k and operand shapes, and reuses that jaxpr wherever the op recurs (the rounds, the
-    oracle, the metrics of every policy)."""
-
-    @functools.partial(jax.jit, static_argnums=0)
-    def op(k, *operands):
-        return lax.platform_dependent(
-            *operands,
-            cpu=lambda *o: cpu(k, *o),
-            default=lambda *o: portable(k, *o),
-        )
-
-    return op
-
-
 def _take_first(keys: jax.Array, k) -> jax.Array:
     """bool[N]: the positive `keys` (u32[N]) among the first k in descending order, ties
     to the lower index: `lax.top_k` for a static k; for a traced one, the keys above the
@@ -129,6 +112,23 @@ def portable_nth_true(flags: jax.Array, rank: jax.Array) -> jax.Array:
 def portable_count_true(flags: jax.Array) -> jax.Array:
     """The definition of `count_true`: an int32 sum."""
     return jnp.sum(flags, dtype=jnp.int32)
+
+
+def _static_k_op(portable: Callable, cpu: Callable) -> Callable:
+    """`(k, *operands) -> cpu(k, *operands)` on CPU and `portable(k, *operands)` elsewhere
+    (chosen when the program is lowered), for a static k, jitted: JAX traces it once per
+    k and operand shapes, and reuses that jaxpr wherever the op recurs (the rounds, the
+    oracle, the metrics of every policy)."""
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def op(k, *operands):
+        return lax.platform_dependent(
+            *operands,
+            cpu=lambda *o: cpu(k, *o),
+            default=lambda *o: portable(k, *o),
+        )
+
+    return op
 
 
 _MASKED_TOP_K = _static_k_op(
