@@ -1,5 +1,8 @@
 """Gamma and Beta draws of `ops.sampling` against SciPy's distributions (Kolmogorov-Smirnov
-at fixed seeds), whatever the number of bulk attempts, and unchanged by `jax.vmap`."""
+at fixed seeds) and against a plain loop of attempts, the same bits whatever the buffer of
+the rejected attempts, and unchanged by `jax.vmap`."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -14,20 +17,61 @@ SIZE = 20_000
 P_MIN = 1e-4
 
 
-def _draw(fn, *shapes, attempts=3, seed=0):
+def _draw(fn, *shapes, spare=None, seed=0):
     args = [jnp.full((SIZE,), s, jnp.float32) for s in shapes]
     return np.asarray(
-        jax.jit(fn, static_argnums=len(args) + 1)(jax.random.PRNGKey(seed), *args, attempts),
+        jax.jit(fn, static_argnums=len(args) + 1)(jax.random.PRNGKey(seed), *args, spare),
         np.float64,
     )
 
 
 @pytest.mark.parametrize("a", [1.0, 1.5, 7.0, 1e6])
-@pytest.mark.parametrize("attempts", [0, 1, 3])
-def test_gamma_matches_scipy_whatever_the_attempts(a, attempts):
-    # attempts=0: every draw from the loop; 1 at a = 1: one in 20 goes on in the loop.
-    x = _draw(sampling.gamma, a, attempts=attempts)
+@pytest.mark.parametrize("spare", [0, 100, None])
+def test_gamma_matches_scipy_whatever_the_buffer(a, spare):
+    # spare=0: the rejected go on in passes over all; 100 at a = 1: the buffer takes 100
+    # of about 980 rejected, the passes the rest; None: the buffer takes them all.
+    x = _draw(sampling.gamma, a, spare=spare)
     assert stats.kstest(x, stats.gamma(a).cdf).pvalue > P_MIN
+
+
+def _first_accepted(key, a, compiler_options):
+    """Marsaglia and Tsang's sampler as a plain loop: attempt i of element e from the
+    hash of (i, e), until each element's first acceptance (the definition of `gamma`)."""
+    size = a.size
+
+    @functools.partial(jax.jit, compiler_options=compiler_options)
+    def attempt(i):
+        d = a.reshape(-1) - 1.0 / 3.0
+        c = jax.lax.rsqrt(9.0 * d)
+        normal_bits, uniform_bits = sampling._word_pairs(jax.random.fold_in(key, i), size)
+        x, u = sampling._normal(normal_bits), sampling._unit(uniform_bits)
+        v = (1.0 + c * x) ** 3
+        return d * v, sampling._accepted(x, u, v, d)
+
+    value, done = np.zeros(size, np.float32), np.zeros(size, bool)
+    i = 0
+    while not done.all():
+        value_i, accepted = map(np.asarray, attempt(i))
+        first = accepted & ~done
+        value[first], done = value_i[first], done | accepted
+        i += 1
+    return value.reshape(a.shape)
+
+
+@pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
+def test_gamma_is_the_first_accepted_attempt_of_each_element(impl, xla_defaults):
+    # The bulk attempt, the buffer (overflowing at spare = 1 and 40: about 100 of the
+    # 2,000 are rejected at a = 1) and the passes after it make each element's attempts
+    # in the order of the plain loop, from the same hashes: the same numbers whatever
+    # the buffer, and the plain loop's up to the rounding of separately compiled
+    # arithmetic (an element given another attempt's value would be off by its spread).
+    key = jax.random.key(11, impl=impl)
+    a = 1.0 + jnp.floor(3.0 * jax.random.uniform(jax.random.PRNGKey(12), (2, 1000))) ** 2
+    draw = jax.jit(sampling.gamma, static_argnums=2, compiler_options=xla_defaults)
+    drawn = {spare: np.asarray(draw(key, a, spare)) for spare in (0, 1, 40, None)}
+    for spare in (0, 1, 40):
+        np.testing.assert_array_equal(drawn[spare], drawn[None])
+    np.testing.assert_allclose(drawn[None], _first_accepted(key, a, xla_defaults), rtol=2e-6)
 
 
 @pytest.mark.parametrize(
@@ -64,7 +108,7 @@ def test_the_trials_of_a_batch_do_not_change_a_trials_draws():
     keys = jax.random.split(jax.random.PRNGKey(3), 8)
     a = 1.0 + 3.0 * jax.random.uniform(jax.random.PRNGKey(4), (8, 50))
     b = 1.0 + jnp.arange(50.0) * jax.random.uniform(jax.random.PRNGKey(5), (8, 1))
-    draw = jax.jit(jax.vmap(lambda k, a, b: sampling.beta(k, a, b, attempts=1)))
+    draw = jax.jit(jax.vmap(lambda k, a, b: sampling.beta(k, a, b, spare=4)))
     whole = draw(keys, a, b)
     for chunk in (1, 2):
         parts = [

@@ -16,8 +16,8 @@ adds trial or edge-server axes.
   `order_key` (`order`: the f32 total order as u32 that every op ranks by),
   `where_needed` (`batching`: a conditional that stays one under `jax.vmap`).
 - `sampling.gamma`, `sampling.beta`: exact Gamma and Beta draws for shapes >= 1,
-  Marsaglia-Tsang attempts made in bulk over the whole batch, again only while an
-  element is left without an accepted one (no per-element rejection loop);
+  a first Marsaglia-Tsang attempt in bulk over the whole batch, the rejected ones'
+  further attempts in a short buffer (no per-element rejection loop);
   `sampling.uniform_at`, `sampling.normal_at`: JAX's uniform and normal draws over N,
   at a few positions only.
 """
