@@ -8,6 +8,15 @@ the set reward and its expectation, the oracle's expectation and each client's b
 (Fig. 8, where the policy keeps one), the per-trial selection counts (Fig. 6), and, per
 accuracy target, each trial's first slot at or above it and the accuracy there (Table I,
 spec A26: a trial that never reaches it counts T slots and its last accuracy).
+
+The trials run in chunks, each split over the local devices (one per core under
+`fedjax_sel.configure_cpu`) as `fedjax_sel.simulate` splits them, so that a device's
+arrays stay in its cache through the slots: the super-arm policies keep 15,504 or more
+entries per trial, and at N = 20 a chunk of 16 trials ran Quick-Init UCB three times as
+fast per trial as 1,000 trials at once (docs/benchmarks.md). The per-slot sums over
+trials follow the runner's fixed dyadic tree (`fedjax_sel.runner.tree_sum`), so the
+results are the same bit for bit whatever the chunking or the number of devices (a
+device's block is two trials at least).
 """
 
 from __future__ import annotations
@@ -18,8 +27,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
+from fedjax_sel import runner, validation
 from fedjax_sel.types import Env, Selector
+
+# A device's block of a chunk by default: as many trials as `runner.trial_memory_bytes`
+# fits in this many bytes (the runner's CPU chunks of `ucb` are about as large).
+BLOCK_BYTES = 2**23
 
 
 class TrialResults(NamedTuple):
@@ -55,24 +70,98 @@ def run_trials(
     num_trials: int,
     seed: int = 0,
     targets: tuple[float, ...] = (),
+    trials_per_chunk: int | None = None,
+    devices=None,
 ) -> TrialResults:
-    """Runs `num_trials` trials of `num_rounds` slots (see the module docstring)."""
-    return _program(selector, env, num_rounds, num_trials, tuple(targets))(jax.random.PRNGKey(seed))
+    """Runs `num_trials` trials of `num_rounds` slots (see the module docstring).
+
+    Args:
+      selector, env: the policy and its environment.
+      num_rounds: T >= 1 slots.
+      num_trials: M >= 1 trials.
+      seed: the run's seed; trial m's draws depend on it and m alone.
+      targets: the accuracy targets of `slots_to_target`.
+      trials_per_chunk: trials per program call over all the devices, a power of two;
+        by default as many as give each device `BLOCK_BYTES` of trials.
+      devices: the devices that split each chunk, by default this process's
+        (`jax.local_devices()`).
+    """
+    num_rounds = validation.positive_int("num_rounds", num_rounds)
+    num_trials = validation.positive_int("num_trials", num_trials)
+    devices = tuple(jax.local_devices() if devices is None else devices)
+    if trials_per_chunk is None:
+        block = _default_block(selector, env)
+        trials_per_chunk = min(block * len(devices), 1 << (num_trials - 1).bit_length())
+    trials_per_chunk = validation.positive_int("trials_per_chunk", trials_per_chunk)
+    if trials_per_chunk & (trials_per_chunk - 1):
+        raise ValueError(f"trials_per_chunk must be a power of two, got {trials_per_chunk}.")
+    # A block of one trial would compile without its batch axis, and XLA may round the
+    # policy's reductions differently there (by an ulp): blocks of two at least.
+    block = max(2, runner.device_block(trials_per_chunk, len(devices)))
+    program = _program(selector, env, num_rounds, num_trials, tuple(targets), devices, block)
+    key = jax.random.PRNGKey(seed)
+    # Every chunk is dispatched before any result is read: the devices run them in turn.
+    chunks = [program(key, first) for first in range(0, num_trials, block * len(devices))]
+    sums, per_trial, state = (
+        [jax.device_get(chunk[part]) for chunk in chunks] for part in range(3)
+    )
+    means = jax.tree.map(
+        lambda *x: runner.tree_sum(np.concatenate(x)) / np.float32(num_trials), *sums
+    )
+    counts, hit, at_hit = (np.concatenate(x)[:num_trials] for x in zip(*per_trial, strict=True))
+    accuracy, reward, expected, oracle, belief = means
+    return TrialResults(
+        accuracy=accuracy,
+        reward=reward,
+        expected=expected,
+        oracle=oracle,
+        belief=belief,
+        counts=counts,
+        slots_to_target=hit.astype(np.float32),
+        accuracy_at_target=at_hit,
+        final_state=jax.tree.map(lambda *x: np.concatenate(x)[:num_trials], *state),
+    )
 
 
 @functools.lru_cache(maxsize=16)
-def _program(selector, env, num_rounds, num_trials, targets):
+def _default_block(selector: Selector, env: Env) -> int:
+    """The largest power of two of trials within `BLOCK_BYTES`, at least 1."""
+    per_trial = runner.trial_memory_bytes(env, selector)
+    return 1 << (max(BLOCK_BYTES // per_trial, 1).bit_length() - 1)
+
+
+@functools.lru_cache(maxsize=16)
+def _program(selector, env, num_rounds, num_trials, targets, devices, block):
+    """The jitted call `(key, first) -> (sums, per_trial, final_state)` of trials `first`,
+    ..., `first + block * len(devices) - 1`, a block of `block` on each device: the
+    per-slot tree sums over each block's trials below `num_trials` (leading axis: one
+    per device), and each trial's counts, hits and final state."""
     goals = jnp.asarray(targets, jnp.float32).reshape(-1)
     n = env.num_clients
+    mesh = Mesh(np.asarray(devices), ("trials",))
+    split = PartitionSpec("trials")
 
-    @jax.jit
-    def program(key):
+    # No collectives (as the runner's programs): no varying values to check.
+    @functools.partial(
+        jax.shard_map,
+        mesh=mesh,
+        in_specs=(PartitionSpec(), split),
+        out_specs=split,
+        check_vma=False,
+    )
+    def blocks(key, trials):
         env_key, policy_key = jax.random.split(key)
-        trials = jnp.arange(num_trials)
+        valid = trials < num_trials
         env_keys = jax.vmap(lambda m: jax.random.fold_in(env_key, m))(trials)
         policy_keys = jax.vmap(lambda m: jax.random.fold_in(policy_key, m))(trials)
         env_state = jax.vmap(lambda k: env.reset(jax.random.fold_in(k, 0)))(env_keys)
         state = jax.vmap(lambda k: selector.init(jax.random.fold_in(k, 0)))(policy_keys)
+
+        def valid_sum(x):
+            """The tree sum over the block's trials below `num_trials`."""
+            return runner.tree_sum(
+                jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 1)), x, 0)
+            )
 
         def one(env_state, state, env_key, policy_key, t):
             obs_key, step_key = jax.random.split(jax.random.fold_in(env_key, t))
@@ -100,27 +189,17 @@ def _program(selector, env, num_rounds, num_trials, targets):
             last = t == num_rounds
             at_hit = jnp.where(last & (hit == 0), accuracy[:, None], at_hit)
             hit = jnp.where(last & (hit == 0), num_rounds, hit)
-            means = jax.tree.map(lambda x: jnp.mean(x, axis=0), out)
-            return (env_state, state, counts + selected, hit, at_hit), means
+            return (env_state, state, counts + selected, hit, at_hit), jax.tree.map(valid_sum, out)
 
-        zeros = jnp.zeros((num_trials, goals.shape[0]))
-        carry = (env_state, state, jnp.zeros((num_trials, n)), zeros.astype(jnp.int32), zeros)
-        carry, means = jax.lax.scan(body, carry, jnp.arange(1, num_rounds + 1, dtype=jnp.int32))
-        return carry, means
+        zeros = jnp.zeros((trials.shape[0], goals.shape[0]))
+        carry = (env_state, state, jnp.zeros((trials.shape[0], n)), zeros.astype(jnp.int32), zeros)
+        carry, sums = jax.lax.scan(body, carry, jnp.arange(1, num_rounds + 1, dtype=jnp.int32))
+        _, state, counts, hit, at_hit = carry
+        return jax.tree.map(lambda x: x[None], sums), (counts, hit, at_hit), state
 
-    def run(key):
-        (_, state, counts, hit, at_hit), means = program(key)
-        accuracy, reward, expected, oracle, belief = jax.device_get(means)
-        return TrialResults(
-            accuracy=accuracy,
-            reward=reward,
-            expected=expected,
-            oracle=oracle,
-            belief=belief,
-            counts=np.asarray(counts),
-            slots_to_target=np.asarray(hit, np.float32),
-            accuracy_at_target=np.asarray(at_hit),
-            final_state=state,
-        )
+    @jax.jit
+    def program(key, first):
+        trials = first + jnp.arange(block * len(devices), dtype=jnp.int32)
+        return blocks(key, trials)
 
-    return run
+    return program
