@@ -9,11 +9,11 @@ the set reward and its expectation, the oracle's expectation and each client's b
 accuracy target, each trial's first slot at or above it and the accuracy there (Table I,
 spec A26: a trial that never reaches it counts T slots and its last accuracy).
 
-The trials run in chunks, each split over the local devices (one per core under
-`fedjax_sel.configure_cpu`) as `fedjax_sel.simulate` splits them, so that a device's
-arrays stay in its cache through the slots: the super-arm policies keep 15,504 or more
-entries per trial, and at N = 20 a chunk of 16 trials ran Quick-Init UCB three times as
-fast per trial as 1,000 trials at once (docs/benchmarks.md). The per-slot sums over
+The trials run in chunks, each split over the devices (one per core under
+`fedjax_sel.configure_cpu`), chosen as `fedjax_sel.simulate` chooses them: on CPU, so
+that a device's arrays stay in its cache through the slots
+(`runner.cpu_trials_per_chunk`; the super-arm policies keep 15,504 or more entries per
+trial). The per-slot sums over
 trials follow the runner's fixed dyadic tree (`fedjax_sel.runner.tree_sum`), so the
 results are the same bit for bit whatever the chunking or the number of devices (a
 device's block is two trials at least).
@@ -31,10 +31,6 @@ from jax.sharding import Mesh, PartitionSpec
 
 from fedjax_sel import runner, validation
 from fedjax_sel.types import Env, Selector
-
-# A device's block of a chunk by default: as many trials as `runner.trial_memory_bytes`
-# fits in this many bytes (the runner's CPU chunks of `ucb` are about as large).
-BLOCK_BYTES = 2**23
 
 
 class TrialResults(NamedTuple):
@@ -82,16 +78,20 @@ def run_trials(
       seed: the run's seed; trial m's draws depend on it and m alone.
       targets: the accuracy targets of `slots_to_target`.
       trials_per_chunk: trials per program call over all the devices, a power of two;
-        by default as many as give each device `BLOCK_BYTES` of trials.
+        by default on CPU `runner.cpu_trials_per_chunk`, elsewhere all the trials.
       devices: the devices that split each chunk, by default this process's
         (`jax.local_devices()`).
     """
     num_rounds = validation.positive_int("num_rounds", num_rounds)
     num_trials = validation.positive_int("num_trials", num_trials)
     devices = tuple(jax.local_devices() if devices is None else devices)
-    if trials_per_chunk is None:
-        block = _default_block(selector, env)
-        trials_per_chunk = min(block * len(devices), 1 << (num_trials - 1).bit_length())
+    if trials_per_chunk is None and devices[0].platform == "cpu":
+        trial_bytes = runner.trial_memory_bytes(env, selector)
+        trials_per_chunk = runner.cpu_trials_per_chunk(
+            env.num_clients, num_trials, len(devices), trial_bytes
+        )
+    elif trials_per_chunk is None:
+        trials_per_chunk = 1 << (num_trials - 1).bit_length()
     trials_per_chunk = validation.positive_int("trials_per_chunk", trials_per_chunk)
     if trials_per_chunk & (trials_per_chunk - 1):
         raise ValueError(f"trials_per_chunk must be a power of two, got {trials_per_chunk}.")
@@ -121,13 +121,6 @@ def run_trials(
         accuracy_at_target=at_hit,
         final_state=jax.tree.map(lambda *x: np.concatenate(x)[:num_trials], *state),
     )
-
-
-@functools.lru_cache(maxsize=16)
-def _default_block(selector: Selector, env: Env) -> int:
-    """The largest power of two of trials within `BLOCK_BYTES`, at least 1."""
-    per_trial = runner.trial_memory_bytes(env, selector)
-    return 1 << (max(BLOCK_BYTES // per_trial, 1).bit_length() - 1)
 
 
 @functools.lru_cache(maxsize=16)

@@ -118,6 +118,26 @@ def test_cpu_chunk_by_hand(num_clients, num_trials, num_devices, expected):
 
 
 @pytest.mark.parametrize(
+    "num_clients, num_trials, num_devices, trial_bytes, expected",
+    [
+        # Dense Quick-Init UCB at N = 20 (498,408 bytes a trial): 2^24 bytes a device
+        # hold 33 trials, two devices 67 (of 16,384 by the clients): c = 64, 32:
+        # 16 * 128 = 2048, 32 * 96 = 3072.
+        (20, 1000, 2, 498_408, 64),
+        # One device: 2^28 / 498,408 = 538: c = 512, 256: 2 * 576 = 1152, 4 * 320 = 1280.
+        (20, 1000, 1, 498_408, 512),
+        # `ucb` at N = 1,000 (84,160 bytes): 398 by the bytes, 327 by the clients.
+        (1000, 1000, 2, 84_160, 256),
+        # Bigger than the budget: one trial per device.
+        (20, 8, 2, 2**25, 2),
+    ],
+)
+def test_cpu_chunk_by_bytes_by_hand(num_clients, num_trials, num_devices, trial_bytes, expected):
+    chunk = runner.cpu_trials_per_chunk(num_clients, num_trials, num_devices, trial_bytes)
+    assert chunk == expected
+
+
+@pytest.mark.parametrize(
     "chunk, num_devices, expected",
     [(7, 1, 7), (8, 2, 4), (7, 2, 4), (5, 2, 4), (4, 3, 2), (1, 3, 1), (10, 4, 4), (3, 4, 1)],
 )

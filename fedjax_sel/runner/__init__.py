@@ -31,7 +31,9 @@ from fedjax_sel.results import Results
 from fedjax_sel.runner import checkpoints, chunking, fingerprint, processes, programs, reduction
 from fedjax_sel.runner.chunking import (
     CHUNK_COST_TRIALS,
+    CPU_CHUNK_BYTES,
     CPU_CHUNK_CLIENT_TRIALS,
+    CPU_CORE_CHUNK_BYTES,
     CPU_CORE_CHUNK_CLIENT_TRIALS,
     cpu_trials_per_chunk,
     device_block,
@@ -45,7 +47,9 @@ from fedjax_sel.types import Env, Selector
 __all__ = [
     "CHUNK_COST_TRIALS",
     "COMPILER_OPTIONS",
+    "CPU_CHUNK_BYTES",
     "CPU_CHUNK_CLIENT_TRIALS",
+    "CPU_CORE_CHUNK_BYTES",
     "CPU_CORE_CHUNK_CLIENT_TRIALS",
     "cpu_trials_per_chunk",
     "device_block",
@@ -307,7 +311,8 @@ def _trials_per_chunk(
             policies, env, num_rounds, num_trials, memory_budget_bytes, num_devices
         )
     if platform == "cpu":
-        cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, num_devices)
+        trial_bytes = max(trial_memory_bytes(env, selector) for selector in policies.values())
+        cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, num_devices, trial_bytes)
         return min(trials_per_chunk or cpu_chunk, cpu_chunk)
     if trials_per_chunk is None and num_devices > 1:
         # Devices run power-of-two blocks: chunks that pad least, with no memory bound.

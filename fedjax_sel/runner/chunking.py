@@ -8,6 +8,7 @@ least (`least_padded_chunk`).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 
@@ -31,6 +32,7 @@ def _nbytes(tree) -> int:
     return total
 
 
+@functools.lru_cache(maxsize=64)
 def trial_memory_bytes(env: Env, selector: Selector) -> int:
     """Estimated device memory one running trial of `selector` on `env` needs, in bytes.
 
@@ -40,7 +42,8 @@ def trial_memory_bytes(env: Env, selector: Selector) -> int:
     states; those are counted twice to cover the temporaries that XLA keeps
     between kernels (random bits, masks, top-k buffers, each of about the size of a
     client-indexed array). The factor was checked against the peak resident memory of
-    CPU runs (docs/benchmarks.md); it errs on the large side.
+    CPU runs (docs/benchmarks.md); it errs on the large side. Cached per environment
+    and selector (it traces them).
     """
     keys = jax.eval_shape(programs.keys, 0)
     env_state = jax.eval_shape(env.reset, keys.reset)
@@ -145,14 +148,29 @@ def least_padded_chunk(bound: int, num_trials: int, num_devices: int = 1) -> int
 # and 128 that 2^21 client-trials per device would give).
 CPU_CHUNK_CLIENT_TRIALS = 2**21
 CPU_CORE_CHUNK_CLIENT_TRIALS = 5 * 2**15
+# A trial's arrays can outgrow its clients': the dense super-arm policies keep two f32
+# per super-arm (15,504 of them at N = 20, 498 kB a trial by `trial_memory_bytes`), and
+# 8,192 trials a device by the count of clients streamed through memory every slot (a
+# slot of Quick-Init UCB took 46 us a trial at 1,000 trials at once, 14.5 us at 16). So
+# a chunk is bounded in `trial_memory_bytes` too, as generously as gives `ucb` (84 bytes
+# a client) the same chunks as the count of clients.
+CPU_CHUNK_BYTES = 2**28
+CPU_CORE_CHUNK_BYTES = 2**24
 
 
-def cpu_trials_per_chunk(num_clients: int, num_trials: int, num_devices: int = 1) -> int:
+def cpu_trials_per_chunk(
+    num_clients: int, num_trials: int, num_devices: int = 1, trial_bytes: int = 0
+) -> int:
     """The trial chunk of a CPU run: at most `CPU_CHUNK_CLIENT_TRIALS / num_clients`
-    trials on one device, `CPU_CORE_CHUNK_CLIENT_TRIALS / num_clients` per device on
-    several, but at least one trial per device (a chunk of fewer would pad every device
-    block), a power of two, the one that pads the trials least
-    (`trials_per_chunk_for_budget`)."""
-    per_device = CPU_CHUNK_CLIENT_TRIALS if num_devices == 1 else CPU_CORE_CHUNK_CLIENT_TRIALS
-    bound = max(num_devices, per_device * num_devices // num_clients)
-    return least_padded_chunk(bound, num_trials, num_devices)
+    trials and `CPU_CHUNK_BYTES / trial_bytes` (`trial_memory_bytes`, if given) on one
+    device, `CPU_CORE_CHUNK_CLIENT_TRIALS / num_clients` and `CPU_CORE_CHUNK_BYTES /
+    trial_bytes` per device on several, but at least one trial per device (a chunk of
+    fewer would pad every device block), a power of two, the one that pads the trials
+    least (`trials_per_chunk_for_budget`)."""
+    one = num_devices == 1
+    per_device = CPU_CHUNK_CLIENT_TRIALS if one else CPU_CORE_CHUNK_CLIENT_TRIALS
+    bound = per_device * num_devices // num_clients
+    if trial_bytes:
+        per_device_bytes = CPU_CHUNK_BYTES if one else CPU_CORE_CHUNK_BYTES
+        bound = min(bound, per_device_bytes * num_devices // trial_bytes)
+    return least_padded_chunk(max(num_devices, bound), num_trials, num_devices)
