@@ -178,8 +178,9 @@ def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
     if spare is None:
         spare = 32 + size // 16
     spare = min(spare, size)
+    # Materialised once: the buffer gathers the very numbers the bulk attempt used.
     d = (a - 1.0 / 3.0).reshape(size)
-    c = lax.rsqrt(9.0 * d)
+    d, c = lax.optimization_barrier((d, lax.rsqrt(9.0 * d)))
 
     def attempt(i, index, d, c, value, done):
         """Attempt i of the elements at `index` without an accepted one."""

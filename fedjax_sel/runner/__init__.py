@@ -311,7 +311,10 @@ def _trials_per_chunk(
             policies, env, num_rounds, num_trials, memory_budget_bytes, num_devices
         )
     if platform == "cpu":
-        trial_bytes = max(trial_memory_bytes(env, selector) for selector in policies.values())
+        trial_bytes = 0
+        for name, selector in policies.items():
+            with programs.naming_policy(name):
+                trial_bytes = max(trial_bytes, trial_memory_bytes(env, selector))
         cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, num_devices, trial_bytes)
         return min(trials_per_chunk or cpu_chunk, cpu_chunk)
     if trials_per_chunk is None and num_devices > 1:

@@ -52,6 +52,7 @@ def trial_memory_bytes(env: Env, selector: Selector) -> int:
     if selector.privileged:
         inp = inp._replace(oracle=jax.eval_shape(env.oracle, env_state, inp))
     decision, new_policy_state = jax.eval_shape(selector.select, policy_state, inp, keys.policy)
+    programs.check_decision(decision, env.num_clients)
     step = jax.eval_shape(env.step, env_state, inp, decision, keys.env)
     layout = metrics.layout(step[2])
     running = jax.eval_shape(lambda: metrics.init_running(layout, env.num_clients))

@@ -11,6 +11,7 @@ and availability, and two copies of one policy give identical numbers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from typing import Any, NamedTuple
@@ -76,7 +77,7 @@ def checked_programs(name, run_keys, num_trials, env, selector, *settings):
     program = programs(env, selector, *settings)
     init_carry, run_rounds, _ = program
     ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32)
-    try:
+    with naming_policy(name):
         carry = jax.eval_shape(init_carry, run_keys, env.params, ids)
         jax.eval_shape(
             run_rounds,
@@ -87,11 +88,19 @@ def checked_programs(name, run_keys, num_trials, env, selector, *settings):
             jax.ShapeDtypeStruct((num_trials,), jnp.bool_),
             jax.ShapeDtypeStruct((1,), jnp.int32),
         )
+    return program
+
+
+@contextlib.contextmanager
+def naming_policy(name: str):
+    """Lets an exception raised while tracing policy `name` propagate as it is, with its
+    own type and traceback, and on Python >= 3.11 a note naming the policy."""
+    try:
+        yield
     except Exception as e:
         if sys.version_info >= (3, 11):
             e.add_note(f"raised while tracing policy {name!r} on this environment")
         raise
-    return program
 
 
 def check_decision(decision, num_clients: int) -> None:
