@@ -44,7 +44,8 @@ def round_robin(num_clients: int, num_selected: int) -> Selector:
     """Cycles through the clients in index order, k per round.
 
     Round `t` (1-based) schedules clients `(t-1)k, ..., (t-1)k + k - 1` (mod N); those
-    of them not available leave their slot empty.
+    of them not available leave their slot empty. The decision carries their places
+    (`Decision.indices`).
 
     Args:
       num_clients: N >= 1.
@@ -57,7 +58,8 @@ def round_robin(num_clients: int, num_selected: int) -> Selector:
         del key
         offset = ((inp.t - 1) * k) % n
         in_block = (jnp.arange(n) - offset) % n < k
-        return Decision(in_block & inp.available)
+        block = (offset + jnp.arange(k)) % n
+        return Decision(in_block & inp.available, indices=jnp.where(inp.available[block], block, n))
 
     return _stateless(select)
 

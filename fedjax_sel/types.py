@@ -56,11 +56,18 @@ class Decision(NamedTuple):
         candidates report their loss; 0 for clients not asked), None for none. An
         environment that models costs charges the probes (`envs.devices`: the download
         and the forward passes, before the round); the others ignore it.
+      indices: int32[m] or None, the places of the clients of `selected`, each once, in
+        any order, the other entries N: what a policy knows without searching the mask
+        (round robin's block, the oracle's cohort). An environment that draws only what
+        a round observes reads them in place of finding the selected in `selected`
+        (`envs.bernoulli`, `envs.gaussian`); the others ignore them. None where the
+        policy has the mask only.
     """
 
     selected: chex.Array
     assignment: chex.Array | None = None
     probe: chex.Array | None = None
+    indices: chex.Array | None = None
 
 
 class Feedback(NamedTuple):

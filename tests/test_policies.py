@@ -48,6 +48,21 @@ def test_round_robin_leaves_unavailable_slots_empty():
     inp = RoundInput(t=jnp.int32(1), available=jnp.array([False, True, True, True, True]))
     dec, _ = sel.select((), inp, jax.random.PRNGKey(0))
     np.testing.assert_array_equal(np.flatnonzero(dec.selected), [1])
+    np.testing.assert_array_equal(dec.indices, [5, 1])  # its places, the empty slot N
+
+
+def test_round_robin_carries_the_places_of_its_cohort():
+    # Every round and availability: `Decision.indices` holds the selected clients, each
+    # once, and N for the slots left empty.
+    n, k = 7, 3
+    sel = bandits.round_robin(n, k)
+    available = np.random.default_rng(0).random((20, n)) < 0.7
+    select = jax.jit(lambda t, a: sel.select((), RoundInput(t=t, available=a), None)[0])
+    for t, row in enumerate(available, start=1):
+        dec = select(jnp.int32(t), jnp.asarray(row))
+        places = np.asarray(dec.indices)
+        np.testing.assert_array_equal(np.sort(places[places < n]), np.flatnonzero(dec.selected))
+        assert np.sum(places < n) + np.sum(places == n) == k
 
 
 def test_ucb_index_matches_hand_computation():

@@ -292,10 +292,13 @@ def test_two_copies_of_one_policy_give_identical_metrics():
 
 
 def _recording_env():
-    """Bernoulli arms whose extras record the round's environment draws."""
+    """Bernoulli arms whose extras record the round's environment draws: every client's
+    reward (a decision's `indices` would have the selected ones' drawn alone, the others'
+    left undefined)."""
     base = _env()
 
     def step(state, inp, decision, key, params=None):
+        decision = decision._replace(indices=None)
         feedback, state, stats = base.step(state, inp, decision, key, params)
         draws = jnp.sum(feedback.reward * jnp.arange(1, N + 1)) + jnp.sum(
             inp.available * 10.0 ** jnp.arange(N)
@@ -603,6 +606,14 @@ def test_parameters_are_an_argument_of_the_compiled_programs():
         (
             lambda inp: fedjax_sel.Decision(inp.available, probe=jnp.ones(N + 1)),
             r"Decision.probe must be None or f32\[6\]",
+        ),
+        (
+            lambda inp: fedjax_sel.Decision(inp.available, indices=jnp.ones(K)),
+            r"Decision.indices must be None or int32\[m\]",
+        ),
+        (
+            lambda inp: fedjax_sel.Decision(inp.available, indices=jnp.ones((K, 1), jnp.int32)),
+            r"Decision.indices must be None or int32\[m\]",
         ),
     ],
 )

@@ -41,18 +41,28 @@ def test_availability_rate_and_oracle_among_available():
     p = np.array([1.0, 0.5, 0.0, 0.25])
     assert np.all(np.abs(avail.mean(0) - p) <= 4.5 * np.sqrt(p * (1 - p) / draws) + 1e-9)
     inp = env.observe(state, 1, keys[0])
-    oracle = jax.jit(jax.vmap(lambda a: env.oracle(state, inp._replace(available=a)).selected))
-    for row, best in zip(avail[:200], np.asarray(oracle(avail[:200])), strict=True):
+    decide = jax.jit(jax.vmap(lambda a: env.oracle(state, inp._replace(available=a))))
+    oracle = lambda a: decide(a).selected  # noqa: E731
+    decisions = decide(avail[:200])
+    for row, best, places in zip(
+        avail[:200], *map(np.asarray, (decisions.selected, decisions.indices)), strict=True
+    ):
         eligible = np.flatnonzero(row)
         expected = eligible[np.argsort(-MEANS[eligible], kind="stable")][:2]
         assert sorted(np.flatnonzero(best)) == sorted(expected)
+        # The decision carries its clients' places (`Decision.indices`), the rest N.
+        np.testing.assert_array_equal(
+            places, np.pad(sorted(expected), (0, 2 - len(expected)), constant_values=4)
+        )
     # With every client available the decision computed at reset serves, alone and in
     # a batch that needs no search; with one unavailable, the search.
     everyone = jnp.ones((3, 4), bool)
     np.testing.assert_array_equal(oracle(everyone), np.tile([False, True, False, True], (3, 1)))
+    np.testing.assert_array_equal(decide(everyone).indices, np.tile([1, 3], (3, 1)))
     np.testing.assert_array_equal(oracle(everyone[:1])[0], oracle(everyone.at[0, 3].set(False))[1])
     alone = env.oracle(state, inp._replace(available=jnp.array([True, True, True, False])))
     np.testing.assert_array_equal(alone.selected, [False, True, True, False])
+    np.testing.assert_array_equal(alone.indices, [1, 2])
 
 
 def test_stats_are_the_sums_of_means():
@@ -94,10 +104,11 @@ def test_bad_environment_arguments(make, message):
 @pytest.mark.parametrize("family", ["bernoulli", "gaussian"])
 def test_drawing_the_observed_rewards_alone_changes_nothing(monkeypatch, xla_defaults, family):
     # k <= N / 32: the selected clients' rewards are drawn alone; the draw over all N
-    # (forced) gives the same observed rewards and round statistics bit for bit, for
-    # cohorts of k, fewer than k (padded places) and none, compiled as users' programs
-    # are (with the suite's faster options, 4 of the 8,192 normal draws differed in their
-    # last bit).
+    # (forced), and the draw at the places a decision carries (`Decision.indices`, in any
+    # order, whatever k / N), give the same observed rewards and round statistics bit for
+    # bit, for cohorts of k, fewer than k (padded places) and none, compiled as users'
+    # programs are (with the suite's faster options, 4 of the 8,192 normal draws
+    # differed in their last bit).
     from fedjax_sel.envs import stationary
 
     n, k = 128, 4
@@ -105,20 +116,26 @@ def test_drawing_the_observed_rewards_alone_changes_nothing(monkeypatch, xla_def
     selected = np.zeros((64, n), bool)
     for row, size in zip(selected, rng.integers(0, k + 1, 64), strict=True):
         row[rng.choice(n, size, replace=False)] = True
+    places = np.full((64, k), n, np.int32)
+    for row, flags in zip(places, selected, strict=True):
+        where = rng.permutation(np.flatnonzero(flags))
+        row[: where.size] = where
     keys = jax.random.split(jax.random.PRNGKey(5), 64)
 
-    def step(ratio):
+    def step(ratio, indices=None):
         monkeypatch.setattr(stationary, "OBSERVED_ONLY_RATIO", ratio)
         env = getattr(envs, family)(n, k)
         state = env.reset(jax.random.PRNGKey(6))
         inp = env.observe(state, 1, jax.random.PRNGKey(7))
-        run = lambda s, key: env.step(state, inp, Decision(s), key)
-        feedback, _, stats = jax.jit(jax.vmap(run), compiler_options=xla_defaults)(
-            jnp.asarray(selected), keys
-        )
+        run = lambda s, i, key: env.step(state, inp, Decision(s, indices=i), key)
+        feedback, _, stats = jax.jit(
+            jax.vmap(run, in_axes=(0, None if indices is None else 0, 0)),
+            compiler_options=xla_defaults,
+        )(jnp.asarray(selected), indices, keys)
         return np.where(selected, feedback.reward, 0.0), stats
 
-    (alone, alone_stats), (whole, whole_stats) = step(32), step(10**9)
-    np.testing.assert_array_equal(alone, whole)
-    for got, want in zip(alone_stats, whole_stats, strict=True):
-        np.testing.assert_array_equal(got, want)
+    whole, whole_stats = step(10**9)
+    for alone, alone_stats in (step(32), step(10**9, jnp.asarray(places))):
+        np.testing.assert_array_equal(alone, whole)
+        for got, want in zip(alone_stats, whole_stats, strict=True):
+            np.testing.assert_array_equal(got, want)

@@ -11,10 +11,12 @@ A round's rewards are observed for the selected clients only. Where the cohort i
 small part of the clients (k <= N / `OBSERVED_ONLY_RATIO`), the Bernoulli and Gaussian
 environments draw the selected clients' rewards alone (`ops.true_indices`, then
 `ops.sampling.uniform_at` / `normal_at`); otherwise they draw all N and read the
-selected. Either way client i's reward in round t is entry i of the same draw over N
-(counter-based: it does not depend on which other clients were selected), so the two
-give the same results bit for bit; which is faster is measured (docs/benchmarks.md):
-finding the k selected costs about as much as drawing all N at k = N / 10 on CPU.
+selected. A decision that carries its clients' places (`Decision.indices`: round
+robin's, the oracle's) has them drawn alone whatever k, with no search. Either way
+client i's reward in round t is entry i of the same draw over N (counter-based: it does
+not depend on which other clients were selected), so these give the same results bit
+for bit; which is faster is measured (docs/benchmarks.md): finding the k selected costs
+about as much as drawing all N at k = N / 10 on CPU.
 
 A cohort smaller than min(k, |A(t)|) adds nothing for its empty slots where no mean can
 be negative (Bernoulli, Beta); where one can (Gaussian), each empty slot is worth the
@@ -68,6 +70,7 @@ class StationaryState(NamedTuple):
       availability: the availability process's state (None for Bernoulli availability).
       full_oracle: bool[N], the k clients of largest mean, the oracle's decision in a
         round in which every client is available.
+      full_oracle_indices: int32[k], their places in increasing order.
       full_oracle_reward: f32[], the sum of their means, the oracle's value of such a
         round.
     """
@@ -75,6 +78,7 @@ class StationaryState(NamedTuple):
     means: chex.Array
     availability: Any
     full_oracle: chex.Array
+    full_oracle_indices: chex.Array
     full_oracle_reward: chex.Array
 
 
@@ -120,9 +124,16 @@ def _stationary_env(
         return jnp.sum(jnp.where(top_k_mask(mu, available, k), mu, 0.0))
 
     def when_unavailable(available, compute, full, *operands):
-        """`compute(*operands)` if a client is unavailable, else `full`, computed at reset."""
+        """`compute(*operands)` if a client is unavailable, else `full` (arrays computed at
+        reset, a pytree)."""
+        leaves, tree = jax.tree.flatten(full)
+        split = len(leaves)
         return where_needed(
-            ~jnp.all(available), lambda f, *o: compute(*o), lambda f, *o: f, full, *operands
+            ~jnp.all(available),
+            lambda *x: compute(*x[split:]),
+            lambda *x: jax.tree.unflatten(tree, x[:split]),
+            *leaves,
+            *operands,
         )
 
     def reset(key, params=None):
@@ -133,7 +144,8 @@ def _stationary_env(
             mu = jax.random.uniform(key, (n,), minval=params.means_low, maxval=params.means_high)
         best = top_k_mask(mu, jnp.ones((n,), bool), k)
         full = jnp.sum(jnp.where(best, mu, 0.0))
-        return StationaryState(mu, process.init(key, params.availability), best, full)
+        avail_state = process.init(key, params.availability)
+        return StationaryState(mu, avail_state, best, true_indices(best, k), full)
 
     def observe(state, t, key, params=None):
         params = defaults if params is None else params
@@ -143,22 +155,28 @@ def _stationary_env(
     def oracle(state, round_input, params=None):
         del params
         available = round_input.available
-        best = lambda mu, available: top_k_mask(mu, available, k)  # noqa: E731
-        return Decision(
-            when_unavailable(available, best, state.full_oracle, state.means, available)
-        )
 
-    def rewards(key, means, scale, selected):
+        def best(mu, available):
+            selected = top_k_mask(mu, available, k)
+            return selected, true_indices(selected, k)
+
+        full = (state.full_oracle, state.full_oracle_indices)
+        selected, indices = when_unavailable(available, best, full, state.means, available)
+        return Decision(selected, indices=indices)
+
+    def rewards(key, means, scale, decision):
         """f32[N]: the selected clients' rewards (others undefined, `Feedback`)."""
-        if not at_positions or k * OBSERVED_ONLY_RATIO > n:
+        index = decision.indices
+        if not at_positions or (index is None and k * OBSERVED_ONLY_RATIO > n):
             return sample(key, means, scale, None)
-        index = true_indices(selected, k)
+        if index is None:
+            index = true_indices(decision.selected, k)
         return jnp.zeros(n).at[index].set(sample(key, means, scale, index), mode="drop")
 
     def step(state, round_input, decision, key, params=None):
         params = defaults if params is None else params
         selected = decision.selected
-        reward = rewards(key, state.means, params.scale, selected)
+        reward = rewards(key, state.means, params.scale, decision)
         empty = empty_slots_value(state.means, selected, round_input.available)
         feedback = Feedback(
             observed=selected,

@@ -78,7 +78,13 @@ def _hash(key: jax.Array, index: jax.Array) -> tuple[jax.Array, jax.Array]:
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jax.random.key_data(key)
     counter = index.astype(jnp.uint32)
-    return tuple(threefry2x32_p.bind(key[0], key[1], jnp.zeros_like(counter), counter))
+    # The key's words batched wherever the counter is (plus a zero that depends on it):
+    # under a `vmap` that batches the counter and not the key, JAX 0.10.2's batching of
+    # threefry2x32 gives the key a size-1 axis, and its rolled CPU lowering then fails to
+    # trace (a loop carry changes shape). Scalars still, so the hash stays as cheap.
+    zero = counter.ravel()[0] * np.uint32(0) if counter.size else np.uint32(0)
+    words = key[0] + zero, key[1] + zero
+    return tuple(threefry2x32_p.bind(*words, jnp.zeros_like(counter), counter))
 
 
 def _unit(bits: jax.Array) -> jax.Array:

@@ -105,7 +105,8 @@ def naming_policy(name: str):
 
 def check_decision(decision, num_clients: int) -> None:
     """Raises ValueError unless `decision` (traced) is a `Decision` with `selected` bool[N],
-    `assignment` None or an integer [N] and `probe` None or a float [N]: the checks that
+    `assignment` None or an integer [N], `probe` None or a float [N] and `indices` None or
+    an integer [m]: the checks that
     need only shapes, made while the programs are traced (`checked_programs`), before
     anything runs."""
     if not isinstance(decision, Decision):
@@ -137,6 +138,15 @@ def check_decision(decision, num_clients: int) -> None:
                 f"{getattr(value, 'dtype', type(value).__name__)}"
                 f"{list(getattr(value, 'shape', ()))}."
             )
+    indices = decision.indices
+    if indices is not None and (
+        getattr(indices, "ndim", None) != 1 or not jnp.issubdtype(indices.dtype, jnp.integer)
+    ):
+        raise ValueError(
+            f"Decision.indices must be None or int32[m] (the selected clients' places, the "
+            f"rest {num_clients}), got {getattr(indices, 'dtype', type(indices).__name__)}"
+            f"{list(getattr(indices, 'shape', ()))}."
+        )
 
 
 def programs(env: Env, selector: Selector, *settings):
