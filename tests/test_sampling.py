@@ -74,6 +74,12 @@ def test_gamma_is_the_first_accepted_attempt_of_each_element(impl, xla_defaults)
     np.testing.assert_allclose(drawn[None], _first_accepted(key, a, xla_defaults), rtol=2e-6)
 
 
+@pytest.mark.parametrize("spare", [-1, 2.0])
+def test_a_bad_buffer_is_refused(spare):
+    with pytest.raises(ValueError, match="spare must be None or an int >= 0"):
+        sampling.gamma(jax.random.PRNGKey(0), jnp.ones(4), spare)
+
+
 @pytest.mark.parametrize(
     "a, b",
     [

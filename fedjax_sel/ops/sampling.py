@@ -65,12 +65,10 @@ def _word_pairs(key: jax.Array, size: int, index: jax.Array | None = None):
     instead (the hash that `jax.random.bits` xors into one word): one hash per pair, and
     only the positions asked for are hashed.
     """
-    if index is None:
-        index = lax.iota(jnp.int32, size)
     if not _counter_hashed(key):
-        first, second = jax.random.split(key)
-        return jax.random.bits(first, (size,))[index], jax.random.bits(second, (size,))[index]
-    return _hash(key, index)
+        first, second = (jax.random.bits(k, (size,)) for k in jax.random.split(key))
+        return (first, second) if index is None else (first[index], second[index])
+    return _hash(key, lax.iota(jnp.int32, size) if index is None else index)
 
 
 def _hash(key: jax.Array, index: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -179,6 +177,8 @@ def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
       spare: the buffer's places, a Python int >= 0; by default 32 + size / 16 (at
         a = 1, 5% of the elements need it, 98 +- 10 of 2,000), at most the size.
     """
+    if spare is not None and (not isinstance(spare, int) or spare < 0):
+        raise ValueError(f"spare must be None or an int >= 0, got {spare!r}.")
     a = jnp.asarray(a, jnp.float32)
     size = math.prod(a.shape)
     if spare is None:
