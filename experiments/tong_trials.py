@@ -13,10 +13,9 @@ The trials run in chunks, each split over the devices (one per core under
 `fedjax_sel.configure_cpu`), chosen as `fedjax_sel.simulate` chooses them: on CPU, so
 that a device's arrays stay in its cache through the slots
 (`runner.cpu_trials_per_chunk`; the super-arm policies keep 15,504 or more entries per
-trial). The per-slot sums over
-trials follow the runner's fixed dyadic tree (`fedjax_sel.runner.tree_sum`), so the
-results are the same bit for bit whatever the chunking or the number of devices (a
-device's block is two trials at least).
+trial). The per-slot sums over trials follow the runner's fixed dyadic tree
+(`fedjax_sel.runner.tree_sum`), so the results are the same bit for bit whatever the
+chunking or the number of devices (a device's block is two trials at least).
 """
 
 from __future__ import annotations
