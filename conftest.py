@@ -8,10 +8,9 @@ tolerance): LLVM at level 0 (`--xla_backend_optimization_level=0`; XLA's own HLO
 still run), and XLA:CPU's older elemental emitters in place of its fusion emitters
 (`--xla_cpu_use_fusion_emitters=false`, about 40% less compile time; users keep the fusion
 emitters, whose programs ran 8-28% faster for `ucb`, `thompson` and `epsilon_greedy` at
-N = 1,000 and 10,000). Tests whose subject
-is the code users run (results that do not depend on chunking, resumption or device
-count) request `optimized`: the runner's programs compile with XLA's defaults. Options
-in the caller's `XLA_FLAGS` are kept.
+N = 1,000 and 10,000). Tests whose subject is the code users run (results that do not
+depend on chunking, resumption or device count) request `optimized`: the runner's
+programs compile with XLA's defaults. Options in the caller's `XLA_FLAGS` are kept.
 """
 
 import contextlib

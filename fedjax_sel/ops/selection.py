@@ -116,17 +116,20 @@ def portable_count_true(flags: jax.Array) -> jax.Array:
 
 def _static_k_op(portable: Callable, cpu: Callable) -> Callable:
     """`(k, *operands) -> cpu(k, *operands)` on CPU and `portable(k, *operands)` elsewhere
-    (chosen when the program is lowered), for a static k, jitted: JAX traces it once per
+    (chosen when the program is lowered) for a static k, jitted: JAX traces it once per
     k and operand shapes, and reuses that jaxpr wherever the op recurs (the rounds, the
-    oracle, the metrics of every policy)."""
+    oracle, the metrics of every policy). A traced k runs `portable` on every platform."""
 
     @functools.partial(jax.jit, static_argnums=0)
-    def op(k, *operands):
+    def by_platform(k, *operands):
         return lax.platform_dependent(
             *operands,
             cpu=lambda *o: cpu(k, *o),
             default=lambda *o: portable(k, *o),
         )
+
+    def op(k, *operands):
+        return by_platform(k, *operands) if _is_static(k) else portable(k, *operands)
 
     return op
 
@@ -170,8 +173,6 @@ def masked_top_k(scores: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.A
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set.
     """
-    if not _is_static(k):
-        return portable_masked_top_k(scores, mask, k, key)
     return _MASKED_TOP_K(k, scores, mask, key)
 
 
@@ -189,8 +190,6 @@ def uniform_subset(mask: jax.Array, k, key: jax.Array) -> jax.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask)) entries set, all inside `mask`.
     """
-    if not _is_static(k):
-        return portable_uniform_subset(mask, k, key)
     return _UNIFORM_SUBSET(k, mask, key)
 
 
@@ -208,8 +207,6 @@ def top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
     Returns:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
-    if not _is_static(k):
-        return portable_top_k_mask(scores, mask, k)
     return _TOP_K_MASK(k, scores, mask)
 
 
