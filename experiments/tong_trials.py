@@ -77,30 +77,31 @@ def run_trials(
       seed: the run's seed; trial m's draws depend on it and m alone.
       targets: the accuracy targets of `slots_to_target`.
       trials_per_chunk: trials per program call over all the devices, a power of two;
-        by default on CPU `runner.cpu_trials_per_chunk`, elsewhere all the trials.
+        by default as `fedjax_sel.simulate` chooses (`runner.choose_trials_per_chunk`).
       devices: the devices that split each chunk, by default this process's
         (`jax.local_devices()`).
     """
     num_rounds = validation.positive_int("num_rounds", num_rounds)
     num_trials = validation.positive_int("num_trials", num_trials)
     devices = tuple(jax.local_devices() if devices is None else devices)
-    if trials_per_chunk is None and devices[0].platform == "cpu":
-        trial_bytes = runner.trial_memory_bytes(env, selector)
-        trials_per_chunk = runner.cpu_trials_per_chunk(
-            env.num_clients, num_trials, len(devices), trial_bytes
-        )
-    elif trials_per_chunk is None:
-        trials_per_chunk = 1 << (num_trials - 1).bit_length()
-    trials_per_chunk = validation.positive_int("trials_per_chunk", trials_per_chunk)
-    if trials_per_chunk & (trials_per_chunk - 1):
-        raise ValueError(f"trials_per_chunk must be a power of two, got {trials_per_chunk}.")
+    trials_per_chunk = runner.choose_trials_per_chunk(
+        {"policy": selector},
+        env,
+        num_rounds,
+        num_trials,
+        trials_per_chunk,
+        None,
+        len(devices),
+        devices[0].platform,
+    ) or (1 << (num_trials - 1).bit_length())
     # A block of one trial would compile without its batch axis, and XLA may round the
     # policy's reductions differently there (by an ulp): blocks of two at least.
     block = max(2, runner.device_block(trials_per_chunk, len(devices)))
-    program = _program(selector, env, num_rounds, num_trials, tuple(targets), devices, block)
+    program = _program(selector, env, num_rounds, tuple(targets), devices, block)
     key = jax.random.PRNGKey(seed)
     # Every chunk is dispatched before any result is read: the devices run them in turn.
-    chunks = [program(key, first) for first in range(0, num_trials, block * len(devices))]
+    step = block * len(devices)
+    chunks = [program(key, first, num_trials) for first in range(0, num_trials, step)]
     sums, per_trial, state = (
         [jax.device_get(chunk[part]) for chunk in chunks] for part in range(3)
     )
@@ -123,11 +124,12 @@ def run_trials(
 
 
 @functools.lru_cache(maxsize=16)
-def _program(selector, env, num_rounds, num_trials, targets, devices, block):
-    """The jitted call `(key, first) -> (sums, per_trial, final_state)` of trials `first`,
-    ..., `first + block * len(devices) - 1`, a block of `block` on each device: the
-    per-slot tree sums over each block's trials below `num_trials` (leading axis: one
-    per device), and each trial's counts, hits and final state."""
+def _program(selector, env, num_rounds, targets, devices, block):
+    """The jitted call `(key, first, num_trials) -> (sums, per_trial, final_state)` of
+    trials `first`, ..., `first + block * len(devices) - 1`, a block of `block` on each
+    device: the per-slot tree sums over each block's trials below `num_trials` (traced,
+    so that another number of trials compiles nothing; leading axis: one per device),
+    and each trial's counts, hits and final state."""
     goals = jnp.asarray(targets, jnp.float32).reshape(-1)
     n = env.num_clients
     mesh = Mesh(np.asarray(devices), ("trials",))
@@ -137,11 +139,11 @@ def _program(selector, env, num_rounds, num_trials, targets, devices, block):
     @functools.partial(
         jax.shard_map,
         mesh=mesh,
-        in_specs=(PartitionSpec(), split),
+        in_specs=(PartitionSpec(), split, PartitionSpec()),
         out_specs=split,
         check_vma=False,
     )
-    def blocks(key, trials):
+    def blocks(key, trials, num_trials):
         env_key, policy_key = jax.random.split(key)
         valid = trials < num_trials
         env_keys = jax.vmap(lambda m: jax.random.fold_in(env_key, m))(trials)
@@ -190,8 +192,8 @@ def _program(selector, env, num_rounds, num_trials, targets, devices, block):
         return jax.tree.map(lambda x: x[None], sums), (counts, hit, at_hit), state
 
     @jax.jit
-    def program(key, first):
+    def program(key, first, num_trials):
         trials = first + jnp.arange(block * len(devices), dtype=jnp.int32)
-        return blocks(key, trials)
+        return blocks(key, trials, num_trials)
 
     return program

@@ -1,10 +1,17 @@
-"""`experiments.tong_trials.run_trials`: the same numbers whatever its chunks and devices."""
+"""`experiments.tong_trials.run_trials`: the same numbers whatever its chunks and devices,
+and no compiling for another number of trials."""
 
 import os
 import pathlib
 import subprocess
 import sys
 import textwrap
+
+import numpy as np
+
+import bandits
+from experiments.tong_trials import run_trials
+from fedjax_sel import envs
 
 ROOT = str(pathlib.Path(__file__).resolve().parents[1])
 
@@ -36,3 +43,14 @@ def test_run_trials_gives_the_same_numbers_whatever_the_chunks_and_devices():
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=ROOT
     )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_another_number_of_trials_compiles_nothing(nothing_traced):
+    # The number of trials is an argument of the compiled chunk (which trials count), not
+    # of its shape: 7 trials after 5, in the same chunk of 8, trace and compile nothing,
+    # and trial m's numbers do not depend on how many there are.
+    env, sel = envs.opinion_surrogate(6, 2), bandits.quick_init_ucb(6, 2)
+    five = run_trials(sel, env, 4, 5, seed=3, trials_per_chunk=8)
+    with nothing_traced():
+        seven = run_trials(sel, env, 4, 7, seed=3, trials_per_chunk=8)
+    np.testing.assert_array_equal(seven.counts[:5], five.counts)

@@ -51,6 +51,7 @@ __all__ = [
     "CPU_CHUNK_CLIENT_TRIALS",
     "CPU_CORE_CHUNK_BYTES",
     "CPU_CORE_CHUNK_CLIENT_TRIALS",
+    "choose_trials_per_chunk",
     "cpu_trials_per_chunk",
     "device_block",
     "simulate",
@@ -165,7 +166,7 @@ def simulate(
     devices = _local_devices(devices, num_trials, group)
     # A chunk spans the devices of every process.
     num_devices = len(devices) * group.count
-    trials_per_chunk = _trials_per_chunk(
+    trials_per_chunk = choose_trials_per_chunk(
         policies,
         env,
         num_rounds,
@@ -283,18 +284,19 @@ def _local_devices(devices, num_trials: int, group: processes.Group) -> list:
     return devices
 
 
-def _trials_per_chunk(
-    policies,
-    env,
-    num_rounds,
-    num_trials,
-    trials_per_chunk,
-    memory_budget_bytes,
+def choose_trials_per_chunk(
+    policies: Mapping[str, Selector],
+    env: Env,
+    num_rounds: int,
+    num_trials: int,
+    trials_per_chunk: int | None,
+    memory_budget_bytes: int | None,
     num_devices: int,
     platform: str,
 ) -> int | None:
-    """The trial chunk `simulate` runs (its docstring says how it is chosen) on
-    `num_devices` devices of `platform` in all; None for all trials at once."""
+    """The trial chunk `simulate` runs (its docstring says how it is chosen, from its
+    `trials_per_chunk` and `memory_budget_bytes`) on `num_devices` devices of `platform`
+    in all; None for all trials at once."""
     if trials_per_chunk is not None:
         trials_per_chunk = validation.positive_int("trials_per_chunk", trials_per_chunk)
         if trials_per_chunk & (trials_per_chunk - 1):
