@@ -21,15 +21,78 @@ import chex
 import jax.numpy as jnp
 
 from fedjax_sel.ops import count_true, double
+from fedjax_sel.ops import places as places_lib
 from fedjax_sel.types import Decision, RoundStats
 
 
 def jain_index(counts: chex.Array) -> chex.Array:
     """Jain's fairness index (sum c)^2 / (N sum c^2) of f32[..., N]; 1 when all are 0."""
     n = counts.shape[-1]
-    sq = jnp.sum(counts * counts, axis=-1)
-    total = jnp.sum(counts, axis=-1)
-    return jnp.where(sq > 0, total * total / (n * jnp.maximum(sq, 1e-30)), 1.0)
+    return _jain(jnp.sum(counts, axis=-1), jnp.sum(counts * counts, axis=-1), n)
+
+
+def _jain(total: chex.Array, squares: chex.Array, n: int) -> chex.Array:
+    """Jain's index of N counts from their sum and the sum of their squares."""
+    return jnp.where(squares > 0, total * total / (n * jnp.maximum(squares, 1e-30)), 1.0)
+
+
+class Selections(NamedTuple):
+    """How often each client of a trial has been selected, after a round.
+
+    Jain's index needs the sum of the counts and of their squares every round; they are
+    kept as running sums, advanced by the round's cohort alone (a client selected for
+    the c-th time adds 2c - 1 to the squares), so that a decision that carries
+    its clients' places (`Decision.indices`) is counted with no pass over the N
+    clients. The increments are integers, summed exactly in int32, and the running sums
+    are double-f32 numbers, exact below 2^48: the same bits however the round was
+    counted.
+
+    Attributes:
+      cohort: f32[], the clients selected in the round.
+      counts: f32[N], the rounds each client was selected in, this one's included.
+      total: f32[2], the sum of `counts`, double-f32.
+      squares: f32[2], the sum of the squares of `counts`, double-f32.
+    """
+
+    cohort: chex.Array
+    counts: chex.Array
+    total: chex.Array
+    squares: chex.Array
+
+    @property
+    def jain_index(self) -> chex.Array:
+        """f32[], Jain's index of `counts` (`jain_index`), from the running sums."""
+        return _jain(self.total[..., 0], self.squares[..., 0], self.counts.shape[-1])
+
+
+def _from_int(x: chex.Array) -> chex.Array:
+    """int32[] (|x| < 2^30) as a double-f32 number, exactly."""
+    hi = x.astype(jnp.float32)
+    return jnp.stack([hi, (x - hi.astype(jnp.int32)).astype(jnp.float32)])
+
+
+def count_selections(selections: Selections, decision: Decision) -> Selections:
+    """`selections` after one more round, in which `decision` was taken: from its
+    places (`Decision.indices`, O(k)) where it carries them, else from its mask."""
+    if decision.indices is None:
+        selected = decision.selected
+        cohort = count_true(selected)
+        counts = selections.counts + selected.astype(jnp.float32)
+        # A client selected for the c-th time adds c^2 - (c - 1)^2 = 2c - 1.
+        squares = jnp.where(selected, 2.0 * counts - 1.0, 0.0)
+    else:
+        places = decision.indices
+        cohort = count_true(places < selections.counts.shape[-1])
+        counts = places_lib.add(selections.counts, places, 1.0)
+        # Read after the update (each place is taken once), which leaves XLA free to
+        # update the counts in place: a read before it would need a copy of them.
+        squares = 2.0 * places_lib.take(counts, places, 0.5) - 1.0
+    return Selections(
+        cohort.astype(jnp.float32),
+        counts,
+        double.add(selections.total, _from_int(cohort)),
+        double.add(selections.squares, _from_int(jnp.sum(squares.astype(jnp.int32)))),
+    )
 
 
 class Metric(NamedTuple):
@@ -37,23 +100,23 @@ class Metric(NamedTuple):
 
     Attributes:
       name: the per-round curve's name, or the per-trial total's when there is no curve.
-      per_round: `(stats, decision, counts) -> f32[]`, the round's value for one trial
-        from its `RoundStats`, its `Decision` and the selections of each client so far,
-        this round's included (`counts`, f32[N]); None for a per-trial total only.
+      per_round: `(stats, selections) -> f32[]`, the round's value for one trial from
+        its `RoundStats` and its `Selections` after the round; None for a per-trial
+        total only.
       cumulative: whether a running sum over the rounds is kept (of a metric with
         `per_round`): the curve `cumulative_<name>`, whose last value is the per-trial
         total of that name.
-      final: `(counts, num_rounds) -> f32[]`, a per-trial total named `name` from the
-        selection counts after the last round (f32[N]); None for no such total.
+      final: `(selections, num_rounds) -> f32[]`, a per-trial total named `name` from
+        the `Selections` after the last round; None for no such total.
       needs_oracle: whether the value reads `RoundStats.oracle_reward`.
       in_table: whether the metric's per-trial total is a default column of
         `Results.table`.
     """
 
     name: str
-    per_round: Callable[[RoundStats, Decision, chex.Array], chex.Array] | None
+    per_round: Callable[[RoundStats, Selections], chex.Array] | None
     cumulative: bool = False
-    final: Callable[[chex.Array, chex.Array], chex.Array] | None = None
+    final: Callable[[Selections, chex.Array], chex.Array] | None = None
     needs_oracle: bool = False
     in_table: bool = True
 
@@ -62,37 +125,31 @@ METRICS = (
     # Pseudo-regret: the oracle's expected value minus the decision's.
     Metric(
         "regret",
-        lambda stats, decision, counts: stats.oracle_reward - stats.expected_reward,
+        lambda stats, selections: stats.oracle_reward - stats.expected_reward,
         cumulative=True,
         needs_oracle=True,
     ),
     # Realized regret: the oracle's expected value minus the decision's realized value.
     Metric(
         "realized_regret",
-        lambda stats, decision, counts: stats.oracle_reward - stats.reward,
+        lambda stats, selections: stats.oracle_reward - stats.reward,
         cumulative=True,
         needs_oracle=True,
         in_table=False,
     ),
-    Metric("reward", lambda stats, decision, counts: stats.reward, cumulative=True),
-    Metric("latency", lambda stats, decision, counts: stats.latency, cumulative=True),
-    Metric("failed", lambda stats, decision, counts: stats.num_failed, cumulative=True),
-    # Exact, like a sum of the f32 selection below 2^24 clients, and cheaper: the copy
-    # that XLA writes for YNNPACK's sum is half the size (docs/benchmarks.md).
-    Metric(
-        "num_selected",
-        lambda stats, decision, counts: count_true(decision.selected),
-        in_table=False,
-    ),
+    Metric("reward", lambda stats, selections: stats.reward, cumulative=True),
+    Metric("latency", lambda stats, selections: stats.latency, cumulative=True),
+    Metric("failed", lambda stats, selections: stats.num_failed, cumulative=True),
+    Metric("num_selected", lambda stats, selections: selections.cohort, in_table=False),
     Metric(
         "jain_index",
-        lambda stats, decision, counts: jain_index(counts),
-        final=lambda counts, num_rounds: jain_index(counts),
+        lambda stats, selections: selections.jain_index,
+        final=lambda selections, num_rounds: selections.jain_index,
     ),
     Metric(
         "min_selection_fraction",
         None,
-        final=lambda counts, num_rounds: jnp.min(counts / num_rounds, axis=-1),
+        final=lambda selections, num_rounds: jnp.min(selections.counts / num_rounds, axis=-1),
     ),
 )
 
@@ -152,36 +209,41 @@ class Running(NamedTuple):
       sums: f32[2] each, the running sums of the `cumulative` metrics, in their order, as
         double-f32 numbers (hi, lo) summed without rounding error
         (`ops.double.add`): an f32 sum of 1e5 rounds drifts by about 1e-4.
-      counts: f32[N], how many rounds each client was selected in.
+      selections: the `Selections` after the last round.
       largest_cohort: f32[], the most clients selected in one round.
       invalid_rounds: f32[], rounds whose decision the environment does not accept
         (`decision_violations`).
     """
 
     sums: tuple[chex.Array, ...]
-    counts: chex.Array
+    selections: Selections
     largest_cohort: chex.Array
     invalid_rounds: chex.Array
 
 
 def init_running(metric_layout: Layout, num_clients: int) -> Running:
-    zero = jnp.float32(0.0)
-    return Running(
-        (jnp.zeros((2,), jnp.float32),) * metric_layout.num_running_sums,
-        jnp.zeros((num_clients,), jnp.float32),
-        zero,
-        zero,
-    )
+    zero, none = jnp.float32(0.0), jnp.zeros((2,), jnp.float32)
+    selections = Selections(zero, jnp.zeros((num_clients,), jnp.float32), none, none)
+    return Running((none,) * metric_layout.num_running_sums, selections, zero, zero)
 
 
 def decision_violations(
     decision: Decision, available: chex.Array, num_selected: int | None
 ) -> chex.Array:
     """Whether a decision is one no environment accepts, bool[]: it schedules an
-    unavailable client, or more than `num_selected` clients (None: no cohort bound)."""
-    wrong = jnp.any(decision.selected & ~available)
-    if num_selected is not None:
-        wrong |= count_true(decision.selected) > num_selected
+    unavailable client, or more than `num_selected` clients (None: no cohort bound).
+    A decision that carries its clients' places (`Decision.indices`) is checked at
+    them alone."""
+    if decision.indices is None:
+        wrong = jnp.any(decision.selected & ~available)
+        if num_selected is not None:
+            wrong |= count_true(decision.selected) > num_selected
+        return wrong
+    places = decision.indices
+    taken = places < available.shape[-1]
+    wrong = jnp.any(taken & ~places_lib.take(available, places, True))
+    if num_selected is not None and places.shape[-1] > num_selected:
+        wrong |= count_true(taken) > num_selected
     return wrong
 
 
@@ -196,12 +258,12 @@ def round_values(
     values of the curves as double-f32 numbers, f32[len(metric_layout.curves), 2] (the
     running sums carry a low part; the others have lo = 0). `invalid` (bool[]) counts the
     round as one whose decision the environment does not accept."""
-    counts = running.counts + decision.selected.astype(jnp.float32)
+    selections = count_selections(running.selections, decision)
     values, sums, new_sums = [], iter(running.sums), []
     for m in metric_layout.metrics:
         if m.per_round is None:
             continue
-        value = jnp.asarray(m.per_round(stats, decision, counts), jnp.float32)
+        value = jnp.asarray(m.per_round(stats, selections), jnp.float32)
         values.append(double.from_f32(value))
         if m.cumulative:
             new_sums.append(double.add(next(sums), values[-1]))
@@ -210,8 +272,8 @@ def round_values(
     values += [double.from_f32(stats.extras[name]) for name in metric_layout.extras]
     running = Running(
         tuple(new_sums),
-        counts,
-        jnp.maximum(running.largest_cohort, count_true(decision.selected).astype(jnp.float32)),
+        selections,
+        jnp.maximum(running.largest_cohort, selections.cohort),
         running.invalid_rounds + invalid.astype(jnp.float32),
     )
     return running, jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
@@ -222,7 +284,7 @@ def trial_totals(metric_layout: Layout, running: Running, num_rounds: chex.Array
     f32[..., len(metric_layout.totals), 2], of running totals with any leading (trial)
     axes."""
     finals = [
-        double.from_f32(m.final(running.counts, num_rounds))
+        double.from_f32(m.final(running.selections, num_rounds))
         for m in metric_layout.metrics
         if m.final
     ]

@@ -58,10 +58,11 @@ class Decision(NamedTuple):
         and the forward passes, before the round); the others ignore it.
       indices: int32[m] or None, the places of the clients of `selected`, each once, in
         any order, the other entries N: what a policy knows without searching the mask
-        (round robin's block, the oracle's cohort). An environment that draws only what
-        a round observes reads them in place of finding the selected in `selected`
-        (`envs.bernoulli`, `envs.gaussian`); the others ignore them. None where the
-        policy has the mask only.
+        (round robin's block, the oracle's cohort). The runner counts the round at them
+        (checks, selection counts, Jain's index: O(m), no pass over the N clients), and
+        the stationary environments draw and value the cohort at them
+        (`envs.bernoulli`, `envs.gaussian`); the other environments read `selected`.
+        None where the policy has the mask only.
     """
 
     selected: chex.Array

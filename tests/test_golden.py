@@ -6,7 +6,10 @@ reward and regret entries were re-recorded; and Beta Thompson sampling's Gamma d
 (`ops.sampling.gamma`) now take an attempt's normal and uniform from the two words of
 one hash, so its entries ("thompson", not "thompson_gaussian") were re-recorded, as
 were epsilon-greedy's, whose exploring rounds now take the top k of equal scores (one
-selection a round). Every other entry is the original.
+selection a round); and the decisions of round robin and the oracle carry their
+clients' places (`Decision.indices`), at which the stationary environments now value them
+(and the oracle's cohort), so their "bernoulli37" entries were re-recorded. Every other
+entry is the original.
 
 Selections (which clients, how often) are compared exactly; floating-point metrics to a
 relative 1e-6, since a processor with other vector widths may sum a trial's clients in

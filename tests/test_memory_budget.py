@@ -20,14 +20,15 @@ def kept_bytes(num_rounds, num_trials):
 def test_trial_memory_bytes_by_hand():
     # Bernoulli env state (means f32[N], the oracle's decision bool[N], its places
     # int32[K] and value f32[]; Bernoulli availability keeps no state) = 5N + 4K + 4
-    # bytes, UCB state (counts, sums) 8N, running totals 4N + 12 scalars (5 double-f32
-    # sums, the largest cohort, the invalid rounds): the carry is 17N + 4K + 52 bytes. A
+    # bytes, UCB state (counts, sums) 8N, running totals 4N + 17 scalars (5 double-f32
+    # sums, the selections' cohort, double-f32 total and sum of squares, the largest
+    # cohort, the invalid rounds): the carry is 17N + 4K + 72 bytes. A
     # round materialises t (4) + available (N), the decision (N), the new UCB state (8N),
     # and the step's feedback (observed N, reward 4N, latency 4N, success N), env state
     # (5N + 4K + 4) and 5 f32 statistics (20): 25N + 4K + 28 bytes.
     # Estimate: 2 * carry + 2 * round.
     env, ucb = envs.bernoulli(N, K), bandits.ucb(N, K)
-    carry, round_ = 17 * N + 4 * K + 52, 25 * N + 4 * K + 28
+    carry, round_ = 17 * N + 4 * K + 72, 25 * N + 4 * K + 28
     assert runner.trial_memory_bytes(env, ucb) == 2 * carry + 2 * round_
 
 
@@ -37,7 +38,7 @@ def test_chunk_is_the_largest_power_of_two_within_budget_when_it_divides_the_tri
     per_trial = runner.trial_memory_bytes(env, policies["ucb"])  # the larger of the two
     assert per_trial > runner.trial_memory_bytes(env, policies["random"])
     fixed = kept_bytes(5, 64)
-    for budget, expected in ((6_700, 2), (13_000, 8), (40_000, 32), (200_000, 64)):
+    for budget, expected in ((6_700, 2), (13_200, 8), (40_000, 32), (200_000, 64)):
         chunk = runner.trials_per_chunk_for_budget(policies, env, 5, 64, budget)
         assert chunk == expected
         assert fixed + per_trial * chunk <= budget  # the chunk fits ...

@@ -16,8 +16,9 @@ import jax.numpy as jnp
 from fedjax_sel.ops import count_true
 
 
-def missing(selected: chex.Array, available: chex.Array, num_selected: int) -> chex.Array:
+def missing(chosen: chex.Array, available: chex.Array, num_selected: int) -> chex.Array:
     """int32[]: how many of the min(k, |A|) slots a decision could fill it leaves empty,
-    of bool[N] selections and availabilities (k = `num_selected`)."""
+    of bool[N] availabilities and the number of clients the decision selects, `chosen`
+    (int32[], `ops.count_true` of its selections); k = `num_selected`."""
     fillable = jnp.minimum(count_true(available), num_selected)
-    return jnp.maximum(fillable - count_true(selected), 0)
+    return jnp.maximum(fillable - chosen, 0)

@@ -48,7 +48,7 @@ import numpy as np
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.envs import cohort
-from fedjax_sel.ops import top_k_mask
+from fedjax_sel.ops import count_true, top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
 CONTEXT_DIM = 3
@@ -221,7 +221,7 @@ def exchange_time(
         best = oracle(state, round_input).selected
         round_time = jnp.max(jnp.where(selected, tau, 0.0))
         # Empty slots count as the slowest available client (module docstring).
-        short = cohort.missing(selected, round_input.available, m) > 0
+        short = cohort.missing(count_true(selected), round_input.available, m) > 0
         charged = selected | (short & round_input.available)
         queue = jnp.maximum(state.queue + params.fairness_rate - selected.astype(jnp.float32), 0.0)
         feedback = Feedback(observed=selected, reward=-tau, latency=tau, success=selected)

@@ -51,7 +51,7 @@ from jax import lax
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.envs import cohort
-from fedjax_sel.ops import top_k_mask
+from fedjax_sel.ops import count_true, top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
 LAWS = ("gaussian", "bernoulli")
@@ -193,7 +193,7 @@ def opinion_surrogate(
         slots = jnp.nonzero(selected, size=k, fill_value=0)[0]
         size = jnp.sum(selected)
         valid = jnp.arange(k) < size
-        empty = ~valid & (jnp.arange(k) < size + cohort.missing(selected, available, k))
+        empty = ~valid & (jnp.arange(k) < size + cohort.missing(count_true(selected), available, k))
         theta_s = jnp.where(valid, params.success[slots], jnp.where(empty, 1.0, 0.0))
         weight = jnp.where(valid, params.sizes[slots], jnp.where(empty, jnp.max(params.sizes), 0.0))
         prob = jnp.prod(patterns * theta_s + (1.0 - patterns) * (1.0 - theta_s), axis=1)
@@ -253,7 +253,7 @@ def opinion_surrogate(
         arrive_key, acc_key, opinion_key = jax.random.split(key, 3)
         selected = decision.selected
         arrived = selected & jax.random.bernoulli(arrive_key, params.success)
-        empty = cohort.missing(selected, round_input.available, k)
+        empty = cohort.missing(count_true(selected), round_input.available, k)
         mass = jnp.sum(jnp.where(arrived, params.sizes, 0.0)) + empty * jnp.max(params.sizes)
         q_bar = jnp.where(
             mass > 0,

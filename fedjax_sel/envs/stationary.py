@@ -14,9 +14,15 @@ environments draw the selected clients' rewards alone (`ops.true_indices`, then
 selected. A decision that carries its clients' places (`Decision.indices`: round
 robin's, the oracle's) has them drawn alone whatever k, with no search. Either way
 client i's reward in round t is entry i of the same draw over N (counter-based: it does
-not depend on which other clients were selected), so these give the same results bit
+not depend on which other clients were selected), so these give the same rewards bit
 for bit; which is faster is measured (docs/benchmarks.md): finding the k selected costs
 about as much as drawing all N at k = N / 10 on CPU.
+
+A round's statistics are sums over the cohort. Those of a decision with places are
+taken at its places (O(k)), and so is the oracle's value they are compared with; those
+of a mask are taken over the mask, and so is the oracle's value: each decision and its
+oracle are summed alike, so that a decision equal to the oracle's has a regret of
+exactly 0 either way, and the two forms agree up to the order of the f32 additions.
 
 A cohort smaller than min(k, |A(t)|) adds nothing for its empty slots where no mean can
 be negative (Bernoulli, Beta); where one can (Gaussian), each empty slot is worth the
@@ -36,11 +42,17 @@ import jax.numpy as jnp
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.envs import cohort
-from fedjax_sel.ops import sampling, top_k_mask, true_indices, where_needed
+from fedjax_sel.ops import count_true, sampling, top_k_mask, true_indices, where_needed
+from fedjax_sel.ops import places as places_lib
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
 # Cohorts of at most N / OBSERVED_ONLY_RATIO clients have their rewards drawn alone.
 OBSERVED_ONLY_RATIO = 32
+
+
+def cohort_value(values: chex.Array, places: chex.Array) -> chex.Array:
+    """f32[]: the sum of `values` (f32[N]) at `places` (int32[m], entries N for none)."""
+    return jnp.sum(places_lib.take(values, places, 0.0))
 
 
 class StationaryParams(NamedTuple):
@@ -114,14 +126,18 @@ def _stationary_env(
         availability=process.params,
     )
 
-    def empty_slots_value(mu, selected, available):
-        """The value of the slots a short cohort leaves empty (module docstring)."""
+    def empty_slots_value(mu, chosen, available):
+        """The value of the slots a cohort of `chosen` clients leaves empty (module
+        docstring)."""
         if bounds[0] >= 0.0:  # no mean can be negative: an empty slot is worth 0
             return 0.0
-        return cohort.missing(selected, available, k) * jnp.minimum(jnp.min(mu), 0.0)
+        return cohort.missing(chosen, available, k) * jnp.minimum(jnp.min(mu), 0.0)
 
     def oracle_value(mu, available):
         return jnp.sum(jnp.where(top_k_mask(mu, available, k), mu, 0.0))
+
+    def oracle_value_at(mu, available):
+        return cohort_value(mu, true_indices(top_k_mask(mu, available, k), k))
 
     def when_unavailable(available, compute, full, *operands):
         """`compute(*operands)` if a client is unavailable, else `full` (arrays computed at
@@ -164,20 +180,46 @@ def _stationary_env(
         selected, indices = when_unavailable(available, best, full, state.means, available)
         return Decision(selected, indices=indices)
 
-    def rewards(key, means, scale, decision):
-        """f32[N]: the selected clients' rewards (others undefined, `Feedback`)."""
-        index = decision.indices
-        if not at_positions or (index is None and k * OBSERVED_ONLY_RATIO > n):
-            return sample(key, means, scale, None)
-        if index is None:
-            index = true_indices(decision.selected, k)
-        return jnp.zeros(n).at[index].set(sample(key, means, scale, index), mode="drop")
+    def draw(key, means, scale, decision):
+        """The round's rewards: (places, f32[m]), those of the clients `places`
+        (int32[m]) alone, or (None, f32[N]), every client's (module docstring)."""
+        places = decision.indices
+        if not at_positions or (places is None and k * OBSERVED_ONLY_RATIO > n):
+            return None, sample(key, means, scale, None)
+        if places is None:
+            places = true_indices(decision.selected, k)
+        return places, sample(key, means, scale, places)
 
     def step(state, round_input, decision, key, params=None):
         params = defaults if params is None else params
-        selected = decision.selected
-        reward = rewards(key, state.means, params.scale, decision)
-        empty = empty_slots_value(state.means, selected, round_input.available)
+        selected, available = decision.selected, round_input.available
+        places, drawn = draw(key, state.means, params.scale, decision)
+        if places is None:
+            reward = drawn
+        else:
+            reward = places_lib.put(jnp.zeros(n), places, drawn)
+        if decision.indices is None:
+            chosen = count_true(selected)
+            value = jnp.sum(jnp.where(selected, state.means, 0.0))
+            realized = jnp.sum(jnp.where(selected, reward, 0.0))
+            # The k best means, computed at reset, unless a client is unavailable.
+            best = when_unavailable(
+                available, oracle_value, state.full_oracle_reward, state.means, available
+            )
+        else:
+            # A decision that carries its clients' places is valued at them alone, and
+            # so is the oracle's, summed in the same way: the oracle's own decision
+            # has a regret of exactly 0.
+            at = decision.indices
+            chosen = count_true(at < n)
+            value = cohort_value(state.means, at)
+            if places is None:
+                realized = cohort_value(drawn, at)
+            else:
+                realized = jnp.sum(jnp.where(at < n, drawn, 0.0))
+            full = cohort_value(state.means, state.full_oracle_indices)
+            best = when_unavailable(available, oracle_value_at, full, state.means, available)
+        empty = empty_slots_value(state.means, chosen, available)
         feedback = Feedback(
             observed=selected,
             reward=reward,
@@ -185,20 +227,13 @@ def _stationary_env(
             success=selected,
         )
         stats = RoundStats(
-            expected_reward=jnp.sum(jnp.where(selected, state.means, 0.0)) + empty,
-            # The k best means, computed at reset, unless a client is unavailable.
-            oracle_reward=when_unavailable(
-                round_input.available,
-                oracle_value,
-                state.full_oracle_reward,
-                state.means,
-                round_input.available,
-            ),
-            reward=jnp.sum(jnp.where(selected, reward, 0.0)) + empty,
+            expected_reward=value + empty,
+            oracle_reward=best,
+            reward=realized + empty,
             latency=jnp.float32(0.0),
             num_failed=jnp.float32(0.0),
         )
-        avail_state = process.update(state.availability, round_input.available, params.availability)
+        avail_state = process.update(state.availability, available, params.availability)
         return feedback, state._replace(availability=avail_state), stats
 
     return Env(
@@ -235,7 +270,9 @@ def bernoulli(
         del scale
         if index is None:
             return (jax.random.uniform(key, mu.shape) < mu).astype(jnp.float32)
-        return (sampling.uniform_at(key, index, mu.shape[0]) < mu[index]).astype(jnp.float32)
+        return (
+            sampling.uniform_at(key, index, mu.shape[0]) < places_lib.take(mu, index, 0.0)
+        ).astype(jnp.float32)
 
     return _stationary_env(
         num_clients, num_selected, means, means_range, availability, sample, (0.0, 1.0)
@@ -266,7 +303,7 @@ def gaussian(
     def sample(key, mu, scale, index):
         if index is None:
             return mu + scale * jax.random.normal(key, mu.shape)
-        return mu[index] + scale * sampling.normal_at(key, index, mu.shape[0])
+        return places_lib.take(mu, index, 0.0) + scale * sampling.normal_at(key, index, mu.shape[0])
 
     return _stationary_env(
         num_clients, num_selected, means, means_range, availability, sample, (-1e30, 1e30), sd

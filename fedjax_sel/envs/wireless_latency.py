@@ -46,7 +46,7 @@ from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
 from fedjax_sel.envs import cohort
 from fedjax_sel.envs.latency import path_loss_db
-from fedjax_sel.ops import top_k_mask
+from fedjax_sel.ops import count_true, top_k_mask
 from fedjax_sel.types import Decision, Env, Feedback, RoundInput, RoundStats
 
 # Deadline tau_max of each preset, seconds: the paper's §V.A value, and the spec's
@@ -345,7 +345,7 @@ def wireless_latency(
         selected = decision.selected
         best = oracle(state, round_input).selected
         # An empty channel is a client at the deadline: reward 0 (module docstring).
-        short = cohort.missing(selected, round_input.available, n_sel) > 0
+        short = cohort.missing(count_true(selected), round_input.available, n_sel) > 0
         expected = jnp.where(short, 0.0, bottleneck(state.means, selected))
         extras = {"expected_reward": expected}
         if per_client_metrics:

@@ -245,7 +245,7 @@ def build_programs(
         running = carry[2]
         per_trial = metrics.trial_totals(metric_layout, running, num_rounds)
         # Integer-valued counts sum exactly; the host divides by T * M.
-        counts = tree_sum(jnp.where(valid[:, None], running.counts, 0.0))[None]
+        counts = tree_sum(jnp.where(valid[:, None], running.selections.counts, 0.0))[None]
         return per_trial, counts, jnp.stack([running.largest_cohort, running.invalid_rounds], -1)
 
     return init_carry, run_rounds, finish
