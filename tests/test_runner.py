@@ -130,6 +130,26 @@ def test_checkpoint_resume_equals_uninterrupted(reference, tmp_path):
     _assert_identical(reference, resumed)
 
 
+def test_checkpoint_whose_carry_is_not_this_codes_is_refused(tmp_path):
+    # Stopped in the middle of a chunk, by code whose carry held one array fewer: the
+    # resume names the file and what to do, instead of failing in `jax.tree.unflatten`.
+    def interrupt(policy, done, total):
+        raise KeyboardInterrupt
+
+    ckpt = str(tmp_path / "ckpt")
+    chunked = dict(trials_per_chunk=4, rounds_per_chunk=9, checkpoint_dir=ckpt)
+    with pytest.raises(KeyboardInterrupt):
+        _run(progress=interrupt, **chunked)
+    path = os.path.join(ckpt, "policy_ucb.npz")
+    with np.load(path) as f:
+        arrays = dict(f)
+    assert arrays["num_carry"] > 1
+    arrays["num_carry"] = arrays["num_carry"] - 1
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match=r"policy_ucb.npz.*carried arrays.*delete"):
+        _run(**chunked)
+
+
 def test_checkpoint_from_another_configuration_is_refused(tmp_path):
     _run(num_rounds=5, checkpoint_dir=str(tmp_path))
     with pytest.raises(ValueError, match="holds a different run.*differs in num_rounds"):

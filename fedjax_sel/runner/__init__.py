@@ -408,7 +408,9 @@ def _run_policy(name, policy_programs, plan: _Plan, file, progress) -> checkpoin
             save()
     while state.chunk < num_chunks:
         if state.joined is None:
-            local = _run_chunk(state, policy_programs, plan, save if path else None, name, progress)
+            local = _run_chunk(
+                state, policy_programs, plan, file, save if path else None, name, progress
+            )
         else:
             # Joined before an interruption: offer the saved values again.
             local = [x[group.index] for x in state.joined]
@@ -422,9 +424,10 @@ def _run_policy(name, policy_programs, plan: _Plan, file, progress) -> checkpoin
     return state
 
 
-def _run_chunk(state, programs_, plan: _Plan, save, name, progress) -> list[np.ndarray]:
-    """Runs this process's trials of the chunk `state.chunk` from where `state` stands,
-    saving after every call of `run_rounds` (if `save`), and returns its values for the
+def _run_chunk(state, programs_, plan: _Plan, file, save, name, progress) -> list[np.ndarray]:
+    """Runs this process's trials of the chunk `state.chunk` from where `state` stands
+    (a carry saved in the checkpoint `file`, a (path, identity) pair, where it stopped in
+    the middle), saving after every call of `run_rounds` (if `save`), and returns its values for the
     join: the root of its devices' per-round sums f32[T, metrics, 2, 2] (double-f32) and
     selection counts f32[N], its trials' totals f32[trials, totals, 2] and decision
     checks f32[trials, 2]."""
@@ -439,8 +442,9 @@ def _run_chunk(state, programs_, plan: _Plan, save, name, progress) -> list[np.n
     trial_ids = jax.device_put(ids.astype(np.int32), sharded)
     valid = jax.device_put(ids < min(start + chunk, num_trials), sharded)
     if state.carry_leaves is not None:
-        treedef = jax.tree.structure(jax.eval_shape(init_carry, keys, params, trial_ids))
-        carry = jax.device_put(jax.tree.unflatten(treedef, state.carry_leaves), sharded)
+        shapes = jax.eval_shape(init_carry, keys, params, trial_ids)
+        carry = checkpoints.saved_carry(state.carry_leaves, shapes, *file)
+        carry = jax.device_put(carry, sharded)
     else:
         carry = init_carry(keys, params, trial_ids)
         state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2, 2), np.float32)

@@ -18,6 +18,7 @@ import re
 import zipfile
 from collections.abc import Mapping
 
+import jax
 import numpy as np
 
 from fedjax_sel.runner.reduction import DyadicStack, join_chunks
@@ -123,6 +124,22 @@ def _unreadable(path: str, identity: dict, error: Exception) -> ValueError:
         f"corrupt, truncated or not a fedjax-sel checkpoint; "
         f"{_start_over(path, identity['policy'])}"
     )
+
+
+def saved_carry(leaves: list, shapes, path: str, identity: dict):
+    """The carry saved in the middle of a chunk (`Progress.carry_leaves`), as the pytree
+    of `shapes` (`jax.eval_shape` of the carry this code builds). Raises ValueError,
+    naming the file, where the saved arrays are not that carry's: a file written by
+    code that carried other arrays (the identity holds the version, not the layout)."""
+    want = jax.tree.leaves(shapes)
+    got = [(tuple(x.shape), np.dtype(x.dtype)) for x in leaves]
+    if got != [(tuple(x.shape), np.dtype(x.dtype)) for x in want]:
+        raise ValueError(
+            f"checkpoint file {path!r} holds a run stopped in the middle of a chunk whose "
+            f"{len(got)} carried arrays are not the {len(want)} that this code carries "
+            f"(written by other code). {_start_over(path, identity['policy'])}"
+        )
+    return jax.tree.unflatten(jax.tree.structure(shapes), leaves)
 
 
 def check_identity(path: str, identity: dict) -> None:
