@@ -1,6 +1,6 @@
 """The runner's per-round accounting (`fedjax_sel.metrics`): a decision counted at the
 places it carries (`Decision.indices`, O(k)) is counted as its mask is, bit for bit, and
-both agree with brute force."""
+both agree with brute force; and the count of a cohort's empty slots (`envs.cohort`)."""
 
 import jax
 import jax.numpy as jnp
@@ -161,3 +161,14 @@ def test_runs_with_and_without_places_agree(availability):
         )
     for name in ("oracle", "oracle/mask"):
         np.testing.assert_array_equal(res.totals[name]["cumulative_regret"], 0.0)
+
+
+def test_missing_slots_take_the_number_chosen():
+    # min(k, |A|) - chosen, never negative; a mask in place of the number is refused.
+    from fedjax_sel.envs import cohort
+
+    available = jnp.array([True, True, False, True, True])
+    for chosen, k, want in ((0, 3, 3), (2, 3, 1), (3, 3, 0), (1, 9, 3), (4, 9, 0)):
+        assert int(cohort.missing(jnp.int32(chosen), available, k)) == want
+    with pytest.raises(ValueError, match="chosen must be the number"):
+        cohort.missing(available, available, 3)

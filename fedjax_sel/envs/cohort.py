@@ -20,5 +20,10 @@ def missing(chosen: chex.Array, available: chex.Array, num_selected: int) -> che
     """int32[]: how many of the min(k, |A|) slots a decision could fill it leaves empty,
     of bool[N] availabilities and the number of clients the decision selects, `chosen`
     (int32[], `ops.count_true` of its selections); k = `num_selected`."""
+    if jnp.ndim(chosen):
+        raise ValueError(
+            f"chosen must be the number of clients a decision selects, a scalar "
+            f"(ops.count_true of its selections), got shape {jnp.shape(chosen)}."
+        )
     fillable = jnp.minimum(count_true(available), num_selected)
     return jnp.maximum(fillable - chosen, 0)
