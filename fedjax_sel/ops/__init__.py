@@ -19,10 +19,12 @@ adds trial or edge-server axes.
   a first Marsaglia-Tsang attempt in bulk over the whole batch, the rejected ones'
   further attempts in a short buffer (no per-element rejection loop);
   `sampling.uniform_at`, `sampling.normal_at`: JAX's uniform and normal draws over N,
-  at a few positions only.
+  at a few positions only;
+- `places.take`, `places.add`, `places.put`: per-client arrays read and updated at a
+  cohort's places (`Decision.indices`), O(k).
 """
 
-from fedjax_sel.ops import assignment, sampling
+from fedjax_sel.ops import assignment, places, sampling
 from fedjax_sel.ops.batching import where_needed
 from fedjax_sel.ops.grouped import (
     budgeted_top_k,
@@ -56,6 +58,7 @@ __all__ = [
     "masked_top_k",
     "nth_true",
     "order_key",
+    "places",
     "prefix_max_cost_top_k",
     "sampling",
     "sherman_morrison_update",

@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 from jax.extend.random import threefry2x32_p
 
-from fedjax_sel.ops import selection
+from fedjax_sel.ops import places, selection
 
 
 def _counter_hashed(key: jax.Array) -> bool:
@@ -209,10 +209,10 @@ def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
     value, done = attempt(0, None, d, c, jnp.zeros(size), jnp.zeros(size, bool))
     if spare:
         left = selection.true_indices(~done, spare)
-        place = jnp.minimum(left, size - 1)
-        kept = attempts(left, d[place], c[place], jnp.zeros(spare), left == size)
-        value = value.at[left].set(kept, mode="drop")
-        done = done.at[left].set(True, mode="drop")
+        at = lambda x: places.take(x, left, 1.0)  # noqa: E731
+        kept = attempts(left, at(d), at(c), jnp.zeros(spare), left == size)
+        value = places.put(value, left, kept)
+        done = places.put(done, left, True)
     return attempts(None, d, c, value, done).reshape(a.shape)
 
 
