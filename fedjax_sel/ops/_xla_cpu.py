@@ -139,12 +139,18 @@ def _whole_batch(batch_fn: Callable) -> Callable:
 
 
 def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-    """(u32[], int32[]): the k-th largest entry of `keys` (u32[N], k <= N), and the
-    number of keys at or above it.
+    """(u32[], int32[]): a threshold that splits the k largest entries of `keys` (u32[N],
+    k <= N) from the rest, and the number of keys at or above it.
 
-    The largest threshold with at least k keys at or above it; a threshold of 0 (never
-    accepted, count 0) means fewer than k keys are positive. The search narrows an
-    interval known to hold it, `[low, high]`, to one value, three thresholds per pass:
+    The k-th largest key `v` is the largest threshold with at least k keys at or above
+    it; a threshold of 0 (never accepted, count 0) means fewer than k keys are positive.
+    When exactly k keys are at or above `v`, every threshold in `(w, v]` (`w` the next
+    key below) selects the same k keys, and the search stops at the first such
+    threshold it accepts: the count is then k and the threshold need not be a key (it
+    may depend on the other members of a batch; the keys at or above it do not). When
+    more than k keys are at or above `v` (a tie crosses the k-th place), `v` itself is
+    returned. The search narrows an interval known to hold `v`, `[low, high]`, three
+    thresholds per pass:
 
     - one pass over the keys brackets it: `high` is their maximum, and `low` the least
       of the maxima of k disjoint groups, since k keys (one per group) are at or above
@@ -152,7 +158,11 @@ def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     - the first pass counts the keys at or above `low` (so that the count of the
       answer is known) and at two points that cut the rest in thirds; each later pass
       counts at the three points `low + j * ceil(width / 4)` and keeps the highest with
-      at least k keys, which leaves a quarter of the interval.
+      at least k keys, which leaves a quarter of the interval;
+    - it stops when the interval is one value, or when the accepted `low` has exactly k
+      keys at or above it. On continuous scores the gap below the k-th key is wide
+      against the interval, and the second rule saves about half the passes (Thompson
+      sampling's draws); on tied scores only the first applies.
 
     The counts come from one int32 sum of packed flags below 2^10 keys
     (`_packed_counts`), from an int8 matrix product beyond (`_product_counts`). The
@@ -161,8 +171,9 @@ def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     32 bits takes 16 (docs/benchmarks.md).
 
     Under `jax.vmap` the batch is searched at once (`_search_batch`, `_whole_batch`),
-    until every member has settled; a member that has settled repeats its last pass
-    unchanged.
+    until every member has settled; a member that has settled repeats its last pass,
+    which leaves a one-value interval unchanged and a threshold with k keys at or above
+    it a threshold with the same k keys.
     """
     return _whole_batch(lambda keys: _search_batch(keys, k))(keys)
 
@@ -223,8 +234,8 @@ def _search_batch(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
         return i + 1, state
 
     def unsettled(carry):
-        i, (low, high, _) = carry
-        return (i == 0) | jnp.any(high > low)
+        i, (low, high, at_or_above) = carry
+        return (i == 0) | jnp.any((high > low) & (at_or_above != k))
 
     bound = jnp.zeros(keys.shape[0], jnp.uint32)
     state = (bound, bound, jnp.zeros(keys.shape[0], jnp.int32))
@@ -438,8 +449,9 @@ def _top_k_of_keys(keys: jax.Array, k: int, choose: Callable[..., jax.Array], *k
     `take(size)` of the `size` clients tied at the k-th place; all positive keys when
     fewer than k.
 
-    The `at_or_above` keys at or above the k-th are `at_or_above - size` above it, all
-    selected, and the tied ones fill the other slots.
+    With exactly k keys at or above the search's threshold (`_kth_largest`), they are
+    the cohort. With more, the threshold is the k-th key: the `at_or_above - size` keys
+    above it are all selected, and the tied ones fill the other slots.
     """
     kth, at_or_above = _kth_largest(keys, k)
 
