@@ -159,10 +159,18 @@ def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
       answer is known) and at two points that cut the rest in thirds; each later pass
       counts at the three points `low + j * ceil(width / 4)` and keeps the highest with
       at least k keys, which leaves a quarter of the interval;
+    - when two passes leave the same keys in an interval that is still open, the keys in
+      it are few and far apart (scores that take few values: empirical means, UCB
+      indices over small counts), and quartering would take a pass for every two bits
+      of the gaps between them. The interval's ends then move onto the least and the
+      largest key in it (`_snap`, one pass);
     - it stops when the interval is one value, or when the accepted `low` has exactly k
       keys at or above it. On continuous scores the gap below the k-th key is wide
       against the interval, and the second rule saves about half the passes (Thompson
-      sampling's draws); on tied scores only the first applies.
+      sampling's draws).
+
+    The last two rules made the rounds of `epsilon_greedy` and `ucb` 10 to 30% faster at
+    N = 1,000 and 10,000 (docs/benchmarks.md).
 
     The counts come from one int32 sum of packed flags below 2^10 keys
     (`_packed_counts`), from an int8 matrix product beyond (`_product_counts`). The
@@ -180,9 +188,10 @@ def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
 
 def _search_pass(keys: jax.Array, k: int, state, offsets):
     """One pass of `_kth_largest` on u32[N] `keys`: counts at `low + d` for the three
-    `offsets` d (clipped to `high`) and narrows `state`, (low, high, at_or_above)."""
+    `offsets` d (clipped to `high`) and narrows `state`, (low, high, at_or_above, above):
+    the interval, the count at `low`, and the count above `high`."""
     counts = _packed_counts if keys.shape[-1] < 2**_FIELD_BITS else _product_counts
-    low, high, at_or_above = state
+    low, high, at_or_above, above = state
     # Thresholds below 1 would count ineligible keys: they are raised to 1.
     candidates = [jnp.maximum(low + jnp.minimum(d, high - low), 1) for d in offsets]
     # Counts fall as thresholds rise: the accepted candidates come first, the last of
@@ -191,8 +200,10 @@ def _search_pass(keys: jax.Array, k: int, state, offsets):
         accept = count >= k
         low = jnp.where(accept, candidate, low)
         at_or_above = jnp.where(accept, count, at_or_above)
-        high = jnp.where(accept, high, jnp.minimum(high, candidate - 1))
-    return low, high, at_or_above
+        lowers = ~accept & (candidate - 1 < high)
+        above = jnp.where(lowers, count, above)
+        high = jnp.where(lowers, candidate - 1, high)
+    return low, high, at_or_above, above
 
 
 def _first_pass(keys: jax.Array, k: int):
@@ -205,17 +216,32 @@ def _first_pass(keys: jax.Array, k: int):
     group_max = jnp.maximum(group_max, jnp.pad(keys[k * per_group :], (0, k - n % k)))
     low, high = _fold(jnp.minimum, group_max), _fold(jnp.maximum, group_max)
     # `low` itself first (accepted unless it is 0 and fewer than k keys are positive),
-    # then the thirds of the bracket.
+    # then the thirds of the bracket. No key is above `high`, the largest.
     third = (high - low) // 3 + 1
-    return _search_pass(keys, k, (low, high, jnp.int32(0)), [jnp.uint32(0), third, 2 * third])
+    state = (low, high, jnp.int32(0), jnp.int32(0))
+    return _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third])
 
 
 def _later_passes(keys: jax.Array, k: int, state):
-    """Two passes of `_kth_largest`, each keeping a quarter of the interval."""
+    """Two passes of `_kth_largest`, each keeping a quarter of the interval. The `state`
+    is (low, high, at_or_above, above) as in `_search_pass`."""
     for _ in range(2):
         step = (state[1] - state[0]) // 4 + 1
         state = _search_pass(keys, k, state, [step, 2 * step, 3 * step])
     return state
+
+
+def _snap(keys: jax.Array, state):
+    """`state` with its interval's ends moved onto the least and the largest key in it
+    (no key lies between the old ends and the new, so the counts stay)."""
+    low, high, at_or_above, above = state
+    inside = (keys >= low) & (keys <= high)
+    rows = max(r for r in range(1, 17) if keys.shape[-1] % r == 0)
+    largest = jnp.max(jnp.where(inside, keys, 0).reshape(rows, -1), axis=0)
+    least = jnp.max(jnp.where(inside, ~keys, 0).reshape(rows, -1), axis=0)
+    largest, least = _fold(jnp.maximum, largest), ~_fold(jnp.maximum, least)
+    some = at_or_above > above
+    return jnp.where(some, least, low), jnp.where(some, largest, high), at_or_above, above
 
 
 def _search_batch(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
@@ -227,19 +253,33 @@ def _search_batch(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """
     first = jax.vmap(lambda keys: _first_pass(keys, k))
     later = jax.vmap(lambda keys, state: _later_passes(keys, k, state))
+    snap = jax.vmap(_snap)
+
+    def unsettled_members(state):
+        low, high, at_or_above, _ = state
+        return (high > low) & (at_or_above != k)
 
     def body(carry):
         i, state = carry
-        state = lax.cond(i == 0, lambda s: first(keys), lambda s: later(keys, s), state)
-        return i + 1, state
+        if_first = lambda s: first(keys)
+
+        def if_later(s):
+            new = later(keys, s)
+            # Two passes that left the same keys in an unsettled interval: its keys are
+            # sparse (ties, few values), and its ends move onto them.
+            stalled = unsettled_members(new) & (new[2] - new[3] == s[2] - s[3])
+            return lax.cond(jnp.any(stalled), lambda n: snap(keys, n), lambda n: n, new)
+
+        return i + 1, lax.cond(i == 0, if_first, if_later, state)
 
     def unsettled(carry):
-        i, (low, high, at_or_above) = carry
-        return (i == 0) | jnp.any((high > low) & (at_or_above != k))
+        i, state = carry
+        return (i == 0) | jnp.any(unsettled_members(state))
 
     bound = jnp.zeros(keys.shape[0], jnp.uint32)
-    state = (bound, bound, jnp.zeros(keys.shape[0], jnp.int32))
-    _, (low, _, at_or_above) = lax.while_loop(unsettled, body, (jnp.int32(0), state))
+    count = jnp.zeros(keys.shape[0], jnp.int32)
+    state = (bound, bound, count, count)
+    _, (low, _, at_or_above, _) = lax.while_loop(unsettled, body, (jnp.int32(0), state))
     return low, at_or_above
 
 
