@@ -10,7 +10,10 @@ every row, about 20 us per row at N = 1,000 and k = 100 (docs/benchmarks.md). In
 - the k-th largest score is found by a search over the order-preserving integer image
   of the scores (`fedjax_sel.ops.order.order_key`): one pass over the keys brackets it,
   and each later vectorised pass counts the keys at or above three thresholds, keeping
-  a quarter of the bracket (about 11 passes where a search over all 32 bits takes 16);
+  a quarter of the bracket (about 11 passes where a search over all 32 bits takes 16),
+  until a threshold has exactly k keys at or above it or the bracket is one key; when
+  tied scores leave its passes splitting no keys, the bracket's ends move onto the
+  keys in it;
 - ties at the k-th place, and uniform subsets, are resolved by Floyd's algorithm
   (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the ranks
   of the tied clients from r random integers (r <= k) instead of one random number per
