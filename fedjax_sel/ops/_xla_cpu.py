@@ -168,18 +168,18 @@ def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
       of the gaps between them. The interval's ends then move onto the least and the
       largest key in it (`_snap`, one pass);
     - it stops when the interval is one value, or when the accepted `low` has exactly k
-      keys at or above it. On continuous scores the gap below the k-th key is wide
-      against the interval, and the second rule saves about half the passes (Thompson
-      sampling's draws).
+      keys at or above it. On continuous scores (Thompson sampling's draws) the gap
+      below the k-th key is wide against the interval, and stopping at a count of k
+      saves about half the passes.
 
-    The last two rules made the rounds of `epsilon_greedy` and `ucb` 10 to 30% faster at
-    N = 1,000 and 10,000 (docs/benchmarks.md).
+    Moving onto the keys made the rounds of `epsilon_greedy` and `ucb` 13 to 16% faster
+    at N = 1,000 and 27 to 30% at N = 10,000 (docs/benchmarks.md).
 
     The counts come from one int32 sum of packed flags below 2^10 keys
     (`_packed_counts`), from an int8 matrix product beyond (`_product_counts`). The
-    search is exact whatever the bracket; a narrow bracket only saves passes: about
-    11 for the indices of `ucb` at N = 100, 1,000 and 10,000, where a search over all
-    32 bits takes 16 (docs/benchmarks.md).
+    search is exact whatever the bracket; a narrow bracket only saves passes: without
+    the two rules above, about 11 for the indices of `ucb` at N = 100, 1,000 and 10,000,
+    where a search over all 32 bits takes 16 (docs/benchmarks.md).
 
     Under `jax.vmap` the batch is searched at once (`_search_batch`, `_whole_batch`),
     until every member has settled; a member that has settled repeats its last pass,
