@@ -1,4 +1,5 @@
-"""JAX's threefry2x32 hash lowered without a loop on CPU: the same numbers, drawn faster.
+"""JAX's threefry2x32 hash lowered without a loop on CPU where it is large: the same
+numbers, drawn faster.
 
 Every random number of a simulation (rewards, availability, channels, tie-breaks, key
 splits) comes from JAX's default PRNG, whose core is the Threefry-2x32 hash with 20
@@ -20,6 +21,14 @@ implementation and compares draws with a process that did not register it). What
 changes is speed: 1,000 trials drawing one Bernoulli reward per
 client and round cost 0.62 ms a round through the loop and 0.14 ms straight-line at
 N=100, 1.71 ms and 0.83 ms at N=1,000 (docs/benchmarks.md).
+
+Small hashes (fewer than `STRAIGHT_LINE_SIZE` entries: a chunk's key splits and folds,
+a few draws per trial) keep a loop of five blocks (`threefry2x32_rolled`, the same
+numbers). Straight-line, XLA fuses a small hash into each of its consumers, and a chain
+of key splits into each draw made from it: the compressed Quick-Init UCB program went
+from 7 hashes before XLA's optimisation to 1,069 `xor` operations after it, and
+compiled in 5.1 to 6.4 s against 3.3 to 4.0 s with its small hashes as loops
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -59,6 +68,47 @@ def threefry2x32(key1, key2, count1, count2):
     return x1, x2
 
 
+def threefry2x32_rolled(key1, key2, count1, count2):
+    """`threefry2x32` as a loop of its five blocks of four rounds, the same numbers.
+
+    The key schedule turns by one word a block and the rotation constants alternate
+    between the even and the odd blocks, so that every block is the same loop body.
+    The four arguments are broadcast first, so that the loop's carry keeps one shape.
+    """
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (key1, key2, count1, count2)))
+    key1, key2, count1, count2 = (
+        jnp.broadcast_to(jnp.asarray(x, jnp.uint32), shape) for x in (key1, key2, count1, count2)
+    )
+    rotations = jnp.asarray(_ROTATIONS, jnp.uint32)
+
+    def block(i, state):
+        x1, x2, schedule = state
+        for j in range(4):
+            rotation = rotations[i % 2, j]
+            x1 = x1 + x2
+            x2 = x1 ^ ((x2 << rotation) | (x2 >> (np.uint32(32) - rotation)))
+        x1 = x1 + schedule[1]
+        x2 = x2 + schedule[2] + (i + 1).astype(jnp.uint32)
+        return x1, x2, (schedule[1], schedule[2], schedule[0])
+
+    schedule = (key1, key2, key1 ^ key2 ^ _PARITY)
+    x1, x2, _ = jax.lax.fori_loop(
+        0, 5, block, (count1 + schedule[0], count2 + schedule[1], schedule)
+    )
+    return x1, x2
+
+
+# Hashes of at least this many entries (after broadcasting) are lowered straight-line.
+STRAIGHT_LINE_SIZE = 4096
+
+
+def _by_size(key1, key2, count1, count2):
+    """`threefry2x32` straight-line from `STRAIGHT_LINE_SIZE` entries, else rolled."""
+    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (key1, key2, count1, count2)))
+    straight = int(np.prod(shape, dtype=np.int64)) >= STRAIGHT_LINE_SIZE
+    return (threefry2x32 if straight else threefry2x32_rolled)(key1, key2, count1, count2)
+
+
 def jax_lowers_it_as_a_loop() -> bool:
     """Whether JAX's own CPU lowering of `threefry2x32` is a `while` loop (JAX 0.10 and
     earlier), from the StableHLO text of a tiny hash lowered for CPU. Starts JAX's
@@ -72,8 +122,9 @@ _registered = False
 
 
 def register() -> bool:
-    """Registers the straight-line CPU lowering of `threefry2x32` for the whole process,
-    if JAX's own is a loop (`jax_lowers_it_as_a_loop`), and logs which.
+    """Registers the straight-line CPU lowering of `threefry2x32` for the whole process
+    (rolled below `STRAIGHT_LINE_SIZE` entries), if JAX's own is a loop
+    (`jax_lowers_it_as_a_loop`), and logs which.
 
     Programs compiled afterwards use it; draws are unchanged either way.
 
@@ -90,7 +141,7 @@ def register() -> bool:
         )
         return False
     mlir.register_lowering(
-        threefry2x32_p, mlir.lower_fun(threefry2x32, multiple_results=True), platform="cpu"
+        threefry2x32_p, mlir.lower_fun(_by_size, multiple_results=True), platform="cpu"
     )
     _registered = True
     logging.info(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ _DRAWS = textwrap.dedent(
     out = {}
     for seed in (0, 1, 12345):
         key = jax.random.PRNGKey(seed)
-        for shape in ((1,), (7,), (3, 33), (1000,)):
+        for shape in ((1,), (7,), (3, 33), (1000,), (3, 2000)):
             name = f"{seed}/{shape}"
             out["bits " + name] = jax.random.bits(key, shape)
             out["jit uniform " + name] = jax.jit(jax.random.uniform, static_argnums=1)(key, shape)
@@ -45,8 +46,8 @@ _DRAWS = textwrap.dedent(
     """
 )
 
-# Whether the compiled CPU program of a draw has a loop, and the known answers of the
-# primitive as jitted, after the set-up named by argv[1].
+# Whether the compiled CPU programs of a draw of 64 and of 8,192 entries have a loop, and
+# the known answers of the primitive as jitted, after the set-up named by argv[1].
 _LOWERING = textwrap.dedent(
     """
     import json, sys
@@ -61,10 +62,12 @@ _LOWERING = textwrap.dedent(
     elif sys.argv[1] == "no loop in jax":
         threefry_cpu.jax_lowers_it_as_a_loop = lambda: False
         fedjax_sel.configure_cpu()
-    hlo = jax.jit(lambda key: jax.random.bits(key, (64,))).lower(jax.random.PRNGKey(0))
+    def loop(size):
+        hlo = jax.jit(lambda key: jax.random.bits(key, (size,))).lower(jax.random.PRNGKey(0))
+        return "while" in hlo.compile().as_text()
     answers = [[int(w) for w in jax.jit(threefry_2x32)(np.uint32(k), np.uint32(c))]
                for k, c in json.loads(sys.argv[2])]
-    print(json.dumps({"loop": "while" in hlo.compile().as_text(), "answers": answers}))
+    print(json.dumps({"loop": [loop(64), loop(8192)], "answers": answers}))
     """
 )
 
@@ -85,11 +88,32 @@ def _python(script, *args):
 
 
 @pytest.mark.parametrize("key,count,expected", _KNOWN_ANSWERS)
-def test_known_answers(key, count, expected):
+@pytest.mark.parametrize("form", ["straight", "rolled"])
+def test_known_answers(key, count, expected, form):
     key = np.uint32(key)
     count = np.uint32(count)
-    straight = threefry_cpu.threefry2x32(*map(jnp.asarray, (key[0], key[1], count[0], count[1])))
-    assert tuple(int(w) for w in straight) == expected
+    hash_fn = {"straight": threefry_cpu.threefry2x32, "rolled": threefry_cpu.threefry2x32_rolled}
+    words = hash_fn[form](*map(jnp.asarray, (key[0], key[1], count[0], count[1])))
+    assert tuple(int(w) for w in words) == expected
+
+
+def test_rolled_form_equals_straight_line_bit_for_bit():
+    # Keys and counters broadcast against each other (a key per row, a counter per entry),
+    # jitted and not.
+    rng = np.random.default_rng(0)
+    words = lambda *shape: jnp.asarray(rng.integers(0, 2**32, shape, dtype=np.uint64), jnp.uint32)
+    for args in [
+        (words(5, 7), words(5, 7), words(5, 7), words(5, 7)),
+        (words(3, 1), words(3, 1), words(1, 9), words(3, 9)),
+        (words(), words(), words(100), words(100)),
+    ]:
+        want = threefry_cpu.threefry2x32(*args)
+        for got in (
+            threefry_cpu.threefry2x32_rolled(*args),
+            jax.jit(threefry_cpu.threefry2x32_rolled)(*args),
+        ):
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, np.broadcast_to(w, g.shape))
 
 
 def test_draws_equal_with_and_without_configure_cpu():
@@ -106,11 +130,12 @@ def test_registered_by_configure_cpu_only_where_jax_lowers_a_loop():
     # JAX 0.10 (the pinned range) lowers the hash as a loop on CPU; importing the library
     # leaves it so.
     imported, _ = _python(_LOWERING, "imported", pairs)
-    assert imported == {"loop": True, "answers": expected}
+    assert imported == {"loop": [True, True], "answers": expected}
+    # Configured, a large hash has no loop, and a small one keeps one (the rolled form).
     configured, log = _python(_LOWERING, "configured", pairs)
-    assert configured == {"loop": False, "answers": expected}
+    assert configured == {"loop": [True, False], "answers": expected}
     assert "registered the straight-line lowering" in log
     # Where JAX has no loop to remove, the call keeps JAX's lowering.
     kept, log = _python(_LOWERING, "no loop in jax", pairs)
-    assert kept == {"loop": True, "answers": expected}
+    assert kept == {"loop": [True, True], "answers": expected}
     assert "its own lowering is kept" in log
