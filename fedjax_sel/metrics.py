@@ -65,12 +65,6 @@ class Selections(NamedTuple):
         return _jain(self.total[..., 0], self.squares[..., 0], self.counts.shape[-1])
 
 
-def _from_int(x: chex.Array) -> chex.Array:
-    """int32[] (|x| < 2^30) as a double-f32 number, exactly."""
-    hi = x.astype(jnp.float32)
-    return jnp.stack([hi, (x - hi.astype(jnp.int32)).astype(jnp.float32)])
-
-
 def count_selections(selections: Selections, decision: Decision) -> Selections:
     """`selections` after one more round, in which `decision` was taken: from its
     places (`Decision.indices`, O(k)) where it carries them, else from its mask."""
@@ -90,8 +84,8 @@ def count_selections(selections: Selections, decision: Decision) -> Selections:
     return Selections(
         cohort.astype(jnp.float32),
         counts,
-        double.add(selections.total, _from_int(cohort)),
-        double.add(selections.squares, _from_int(jnp.sum(squares.astype(jnp.int32)))),
+        double.add(selections.total, double.from_int32(cohort)),
+        double.add(selections.squares, double.from_int32(jnp.sum(squares.astype(jnp.int32)))),
     )
 
 

@@ -27,6 +27,14 @@ def test_two_sum_is_exact():
     )
 
 
+def test_from_int32_is_exact():
+    # Integers past 2^24, where f32 alone rounds, up to the 2^30 bound, both signs.
+    x = np.array([0, 1, -7, 2**24 + 1, 2**29 + 12345, -(2**30 - 1)], np.int32)
+    got = np.asarray(jax.jit(double.from_int32)(x))
+    assert got.shape == (6, 2)
+    np.testing.assert_array_equal(double.to_float64(got), x.astype(np.float64))
+
+
 def test_square_is_exact_to_2_pow_minus_46():
     x = _values(2, 10_000)
     # A double-f32 number with a low part: x + x / 3 rounded, and its f32 error.

@@ -46,6 +46,12 @@ def from_f32(x: chex.Array) -> chex.Array:
     return jnp.stack([x, jnp.zeros_like(x)], -1)
 
 
+def from_int32(x: chex.Array) -> chex.Array:
+    """int32[...] (|x| < 2^30) as double-f32 numbers f32[..., 2], exactly."""
+    hi = x.astype(jnp.float32)
+    return jnp.stack([hi, (x - hi.astype(jnp.int32)).astype(jnp.float32)], -1)
+
+
 def _split(x: chex.Array) -> tuple[chex.Array, chex.Array]:
     """x = head + tail exactly, each with at most 12 significant bits, so that the product
     of any two such parts is exact in f32."""
