@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +65,12 @@ _FIELD_BITS = 10
 _MAX_ROWS = 8
 
 
+def _rows(x: jax.Array) -> jax.Array:
+    """`x` (1-D) as R equal rows, R the largest divisor of its length up to `_MAX_ROWS`:
+    a reduction over the rows is an elementwise loop that XLA's CPU backend vectorises."""
+    return x.reshape(max(r for r in range(1, _MAX_ROWS + 1) if x.shape[0] % r == 0), -1)
+
+
 def _packed_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Array]:
     """The numbers of `keys` (u32[N], N < 2^10) at or above each of three thresholds,
     from one int32 sum of their flags packed as `f1 + f2 << 10 + f3 << 20`.
@@ -74,14 +81,12 @@ def _packed_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Arr
     a `reduce-window`, whose loop took as long as the packing (docs/benchmarks.md).
     Padding N to a multiple of R instead costs more than it saves.
     """
-    n = keys.shape[-1]
-    num_rows = max(r for r in range(1, _MAX_ROWS + 1) if n % r == 0)
-    rows = keys.reshape(num_rows, -1)
+    rows = _rows(keys)
     packed = sum(
         (rows >= t).astype(jnp.int32) << (j * _FIELD_BITS) for j, t in enumerate(thresholds)
     )
     row_sum = packed[0]
-    for r in range(1, num_rows):
+    for r in range(1, rows.shape[0]):
         row_sum = row_sum + packed[r]
     total = jnp.sum(row_sum)
     field = jnp.int32((1 << _FIELD_BITS) - 1)
@@ -189,10 +194,29 @@ def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     return _whole_batch(lambda keys: _search_batch(keys, k))(keys)
 
 
-def _search_pass(keys: jax.Array, k: int, state, offsets):
+class _Interval(NamedTuple):
+    """The state of `_kth_largest`'s search: the interval `[low, high]` known to hold the
+    k-th key, the number of keys at or above `low` and the number above `high`."""
+
+    low: jax.Array
+    high: jax.Array
+    at_or_above: jax.Array
+    above: jax.Array
+
+    @property
+    def inside(self) -> jax.Array:
+        """The number of keys in the interval."""
+        return self.at_or_above - self.above
+
+    def unsettled(self, k: int) -> jax.Array:
+        """Whether the search goes on: the interval is open, and more than k keys are at
+        or above `low`."""
+        return (self.high > self.low) & (self.at_or_above != k)
+
+
+def _search_pass(keys: jax.Array, k: int, state: _Interval, offsets) -> _Interval:
     """One pass of `_kth_largest` on u32[N] `keys`: counts at `low + d` for the three
-    `offsets` d (clipped to `high`) and narrows `state`, (low, high, at_or_above, above):
-    the interval, the count at `low`, and the count above `high`."""
+    `offsets` d (clipped to `high`) and narrows the interval."""
     counts = _packed_counts if keys.shape[-1] < 2**_FIELD_BITS else _product_counts
     low, high, at_or_above, above = state
     # Thresholds below 1 would count ineligible keys: they are raised to 1.
@@ -206,10 +230,10 @@ def _search_pass(keys: jax.Array, k: int, state, offsets):
         lowers = ~accept & (candidate - 1 < high)
         above = jnp.where(lowers, count, above)
         high = jnp.where(lowers, candidate - 1, high)
-    return low, high, at_or_above, above
+    return _Interval(low, high, at_or_above, above)
 
 
-def _first_pass(keys: jax.Array, k: int):
+def _first_pass(keys: jax.Array, k: int) -> _Interval:
     """The bracket of u32[N] `keys` and the first pass of `_kth_largest` in it."""
     n = keys.shape[-1]
     # k disjoint groups: group i holds keys g * k + i (g < N // k), and one more key
@@ -221,30 +245,28 @@ def _first_pass(keys: jax.Array, k: int):
     # `low` itself first (accepted unless it is 0 and fewer than k keys are positive),
     # then the thirds of the bracket. No key is above `high`, the largest.
     third = (high - low) // 3 + 1
-    state = (low, high, jnp.int32(0), jnp.int32(0))
+    state = _Interval(low, high, jnp.int32(0), jnp.int32(0))
     return _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third])
 
 
-def _later_passes(keys: jax.Array, k: int, state):
-    """Two passes of `_kth_largest`, each keeping a quarter of the interval. The `state`
-    is (low, high, at_or_above, above) as in `_search_pass`."""
+def _later_passes(keys: jax.Array, k: int, state: _Interval) -> _Interval:
+    """Two passes of `_kth_largest`, each keeping a quarter of the interval."""
     for _ in range(2):
-        step = (state[1] - state[0]) // 4 + 1
+        step = (state.high - state.low) // 4 + 1
         state = _search_pass(keys, k, state, [step, 2 * step, 3 * step])
     return state
 
 
-def _snap(keys: jax.Array, state):
-    """`state` with its interval's ends moved onto the least and the largest key in it
-    (no key lies between the old ends and the new, so the counts stay)."""
-    low, high, at_or_above, above = state
-    inside = (keys >= low) & (keys <= high)
-    rows = max(r for r in range(1, 17) if keys.shape[-1] % r == 0)
-    largest = jnp.max(jnp.where(inside, keys, 0).reshape(rows, -1), axis=0)
-    least = jnp.max(jnp.where(inside, ~keys, 0).reshape(rows, -1), axis=0)
-    largest, least = _fold(jnp.maximum, largest), ~_fold(jnp.maximum, least)
-    some = at_or_above > above
-    return jnp.where(some, least, low), jnp.where(some, largest, high), at_or_above, above
+def _snap(keys: jax.Array, state: _Interval) -> _Interval:
+    """The interval with its ends moved onto the least and the largest key in it (no key
+    lies between the old ends and the new, so the counts stay)."""
+    inside = (keys >= state.low) & (keys <= state.high)
+    largest = _fold(jnp.maximum, jnp.max(_rows(jnp.where(inside, keys, 0)), axis=0))
+    least = ~_fold(jnp.maximum, jnp.max(_rows(jnp.where(inside, ~keys, 0)), axis=0))
+    some = state.inside > 0
+    return state._replace(
+        low=jnp.where(some, least, state.low), high=jnp.where(some, largest, state.high)
+    )
 
 
 def _search_batch(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
@@ -258,32 +280,28 @@ def _search_batch(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     later = jax.vmap(lambda keys, state: _later_passes(keys, k, state))
     snap = jax.vmap(_snap)
 
-    def unsettled_members(state):
-        low, high, at_or_above, _ = state
-        return (high > low) & (at_or_above != k)
-
     def body(carry):
         i, state = carry
-        if_first = lambda s: first(keys)
 
-        def if_later(s):
-            new = later(keys, s)
+        def if_later(state):
+            new = later(keys, state)
             # Two passes that left the same keys in an unsettled interval: its keys are
             # sparse (ties, few values), and its ends move onto them.
-            stalled = unsettled_members(new) & (new[2] - new[3] == s[2] - s[3])
+            stalled = new.unsettled(k) & (new.inside == state.inside)
             return lax.cond(jnp.any(stalled), lambda n: snap(keys, n), lambda n: n, new)
 
-        return i + 1, lax.cond(i == 0, if_first, if_later, state)
+        return i + 1, lax.cond(i == 0, lambda state: first(keys), if_later, state)
 
     def unsettled(carry):
         i, state = carry
-        return (i == 0) | jnp.any(unsettled_members(state))
+        return (i == 0) | jnp.any(state.unsettled(k))
 
     bound = jnp.zeros(keys.shape[0], jnp.uint32)
     count = jnp.zeros(keys.shape[0], jnp.int32)
-    state = (bound, bound, count, count)
-    _, (low, _, at_or_above, _) = lax.while_loop(unsettled, body, (jnp.int32(0), state))
-    return low, at_or_above
+    _, state = lax.while_loop(
+        unsettled, body, (jnp.int32(0), _Interval(bound, bound, count, count))
+    )
+    return state.low, state.at_or_above
 
 
 def _random_subsets(size, take, key, k: int, n: int) -> jax.Array:
