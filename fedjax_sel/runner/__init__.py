@@ -426,11 +426,11 @@ def _run_policy(name, policy_programs, plan: _Plan, file, progress) -> checkpoin
 
 def _run_chunk(state, programs_, plan: _Plan, file, save, name, progress) -> list[np.ndarray]:
     """Runs this process's trials of the chunk `state.chunk` from where `state` stands
-    (a carry saved in the checkpoint `file`, a (path, identity) pair, where it stopped in
-    the middle), saving after every call of `run_rounds` (if `save`), and returns its values for the
-    join: the root of its devices' per-round sums f32[T, metrics, 2, 2] (double-f32) and
-    selection counts f32[N], its trials' totals f32[trials, totals, 2] and decision
-    checks f32[trials, 2]."""
+    (a carry saved in the checkpoint `file`, a (path, identity) pair, where it stopped
+    in the middle), saving after every call of `run_rounds` (if `save`), and returns its
+    values for the join: the root of its devices' per-round sums f32[T, metrics, 2, 2]
+    (double-f32) and selection counts f32[N], its trials' totals f32[trials, totals, 2]
+    and decision checks f32[trials, 2]."""
     init_carry, run_rounds, finish = programs_
     # The environment's parameters are an argument of the programs, not constants in them.
     keys, params, chunk = plan.keys, plan.env.params, plan.chunk
