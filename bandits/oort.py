@@ -73,7 +73,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sel import ops, validation
-from fedjax_sel.ops.order import kth_largest_key, order_key, order_value
+from fedjax_sel.ops.order import order_key, order_value
 from fedjax_sel.types import Decision, Selector
 
 UTILITY_LOSSES = {"last_batch": "loss_rms_last_batch", "round": "loss_rms"}
@@ -306,7 +306,7 @@ def pace(cfg: Config, state: OortState, reward: chex.Array, calls: chex.Array):
 
 def _value_at(values: chex.Array, mask: chex.Array, k: chex.Array) -> chex.Array:
     """f32[]: the k-th largest of `values` inside `mask` (1 <= k <= |mask|)."""
-    return order_value(kth_largest_key(order_key(values, mask), k))
+    return order_value(ops.kth_largest_key(order_key(values, mask), k))
 
 
 def _penalised(cfg: Config, value, duration, prefer):
@@ -474,16 +474,31 @@ def oort(
         exploit = _sample(ranking.score, ranking.candidates, ranking.exploit_len, exploit_key)
         count = ranking.num_unexplored
         room = m - jnp.sum(exploit, dtype=jnp.int32)
-        take = jnp.minimum(count, room)
-        window = exploration_window(cfg, ranking, take)
-        explore = _sample(ranking.initial, window, take, explore_key)
+
+        def sample_unexplored(ranking, room, key):
+            take = jnp.minimum(ranking.num_unexplored, room)
+            window = exploration_window(cfg, ranking, take)
+            return _sample(ranking.initial, window, take, key)
+
+        # With no client unexplored, the window and its sample are empty: they run (for
+        # the whole batch under `jax.vmap`) only in rounds where some trial has one.
+        nobody = lambda *operands: jnp.zeros((cfg.num_clients,), bool)
+        explore = ops.where_needed(count > 0, sample_unexplored, nobody, ranking, room, explore_key)
         explored = explore
         if cfg.stale:
             # FedScale's last exploration list, kept whole; of it, the available clients
-            # not exploited, at most the room left (uniformly), join the cohort.
+            # not exploited, at most the room left (uniformly), join the cohort when no
+            # client is unexplored (drawn only in rounds where some trial has none).
             explored = jnp.where(count > 0, explore, state.explored)
-            left = state.explored & inp.available & ~exploit
-            rejoin = _sample(jnp.ones(left.shape), left, room, stale_key)
+            left = state.explored & inp.available & ~exploit & (count == 0)
+            rejoin = ops.where_needed(
+                count == 0,
+                lambda left, room, key: _sample(jnp.ones(left.shape), left, room, key),
+                nobody,
+                left,
+                room,
+                stale_key,
+            )
             explore = jnp.where(count > 0, explore, rejoin)
         called = state._replace(
             successful=jnp.zeros_like(state.successful),

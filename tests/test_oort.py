@@ -369,6 +369,36 @@ def test_exhausted_exploration_stale_or_exploit():
     assert int(np.sum(states[-1].exploited)) == m and cohorts[-1].sum() == m
 
 
+@pytest.mark.parametrize("exhausted", ["stale", "exploit"])
+def test_batched_select_equals_per_trial_calls_with_and_without_unexplored(exhausted):
+    # The exploration sample and the stale list's rejoining each run only in rounds where
+    # some trial of the batch needs them: a batch mixing trials with unexplored clients
+    # and trials with none selects what each trial selects alone, bit for bit.
+    n, m = 20, 5
+    policy = oort_lib.oort(n, m, exhausted=exhausted)
+    _, states = _run(policy, n, 30, lambda t: np.ones(n, bool))
+    rounds = [2, 3, 29, 30]  # unexplored clients left after rounds 2 and 3, none after 29
+    assert [bool(np.any(np.asarray(states[t - 1].count) == 0)) for t in rounds] == [
+        True, True, False, False
+    ]  # fmt: skip
+    batch = jax.tree.map(lambda *x: jnp.stack(x), *(states[t - 1] for t in rounds))
+    info = {"num_samples": jnp.ones((4, n)), "duration_s": jnp.ones((4, n))}
+    available = jnp.asarray(np.random.default_rng(0).random((4, n)) < 0.8)
+    inp = RoundInput(t=jnp.asarray(rounds, jnp.int32) + 1, available=available, info=info)
+    keys = jax.random.split(jax.random.PRNGKey(1), 4)
+    select = jax.jit(policy.select)
+    decisions, after = jax.jit(jax.vmap(policy.select))(batch, inp, keys)
+    for i in range(4):
+        one = jax.tree.map(lambda x, i=i: x[i], inp)
+        decision, state = select(jax.tree.map(lambda x, i=i: x[i], batch), one, keys[i])
+        np.testing.assert_array_equal(decisions.selected[i], decision.selected, err_msg=str(i))
+        for got, want in zip(jax.tree.leaves(after), jax.tree.leaves(state), strict=True):
+            np.testing.assert_array_equal(got[i], want, err_msg=str(i))
+    # Both kinds of round select a full cohort of available clients.
+    assert np.all(np.asarray(decisions.selected).sum(1) == m)
+    assert not np.any(np.asarray(decisions.selected) & ~np.asarray(available))
+
+
 @pytest.mark.parametrize("name", ["oort", "oort_paper", "pow_d", "cpow_d", "rpow_d"])
 def test_a_million_clients_select_without_a_sort(name):
     # Issue 22's scale: N = 1e6, cohort 100 (130 over-committed). The lowered round holds

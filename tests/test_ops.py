@@ -425,6 +425,46 @@ def test_where_needed_chooses_per_member_and_skips_the_full_branch_when_unneeded
     np.testing.assert_array_equal(run(jnp.zeros(3, bool), x), x)
     np.testing.assert_array_equal(run(jnp.asarray([True, False, False]), x), x + 100.0)
     assert float(ops.where_needed(jnp.bool_(False), disagree, short, jnp.float32(1.0))) == 1.0
+    # Operands may be pytrees whose leaves are batched or not.
+    pair = lambda v, c: {"v": v, "c": c}
+    full_tree = lambda t: jnp.where(t["v"] > 0, t["c"] * t["v"], t["v"])
+    short_tree = lambda t: t["v"]
+    tree_run = jax.vmap(lambda n, v: ops.where_needed(n, full_tree, short_tree, pair(v, 3.0)))
+    np.testing.assert_array_equal(tree_run(need, x), jnp.where(x > 0, 3 * x, x))
+
+
+def test_kth_largest_key_backends_are_equal():
+    # The CPU search (a bracket, three thresholds a pass, an early stop at a count of k)
+    # against the 32-pass definition, for a traced k per trial and a static one, from 0
+    # to beyond the positive keys, on tied and continuous scores, batched and alone.
+    rng = np.random.default_rng(12)
+    batch, n = 64, 300
+    scores = np.concatenate([_tied_scores(rng, batch // 2, n), rng.normal(size=(batch // 2, n))])
+    mask = rng.random((batch, n)) < rng.random((batch, 1))
+    keys = jax.vmap(order.order_key)(jnp.asarray(scores, jnp.float32), jnp.asarray(mask))
+    k = jnp.asarray(np.concatenate([[0, n], rng.integers(0, n + 1, batch - 2)]), jnp.int32)
+    want = jax.jit(jax.vmap(order.kth_largest_key))(keys, k)
+    got = jax.jit(jax.vmap(_xla_cpu.kth_largest_key))(keys, k)
+    np.testing.assert_array_equal(got, want)
+    assert np.sum(np.asarray(want) == 0) > 1  # fewer than k positive keys, k = n included
+    np.testing.assert_array_equal(jax.jit(_xla_cpu.kth_largest_key)(keys[2], k[2]), want[2])
+    for static in (0, 1, 7, n):
+        got = jax.jit(jax.vmap(lambda x, s=static: ops.kth_largest_key(x, s)))(keys)
+        want = jax.vmap(lambda x, s=static: order.kth_largest_key(x, s))(keys)
+        np.testing.assert_array_equal(got, want, err_msg=str(static))
+
+
+def test_top_k_mask_with_a_traced_k_equals_the_definition():
+    # On CPU a traced k runs the sort-free search too: the definition's clients, bit for
+    # bit, ties to the lower index, for every k from 0 to N in one batch.
+    rng = np.random.default_rng(13)
+    batch, n = 100, 40
+    scores = _tied_scores(rng, batch, n)
+    mask = rng.random((batch, n)) < rng.random((batch, 1))
+    k = jnp.asarray(np.arange(batch) % (n + 1), jnp.int32)
+    want = _batched(selection.portable_top_k_mask, scores, mask, k)
+    np.testing.assert_array_equal(_batched(_xla_cpu.top_k_mask, scores, mask, k), want)
+    np.testing.assert_array_equal(_batched(ops.top_k_mask, scores, mask, k), want)
 
 
 def test_kth_largest_key_is_the_sorted_keys_order_statistic():

@@ -10,14 +10,15 @@ from fedjax_sel import ops
 from fedjax_sel.ops import _xla_cpu
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["static_k", "traced_k"])
 @pytest.mark.parametrize("n", [1, 3, 8, 100, 997, 1000, 1023, 1024, 1500])
-def test_kth_largest_matches_sorting(n):
+def test_kth_largest_matches_sorting(n, traced):
     # Counts from packed int32 sums below 1,024 keys (summed in 1, 3, 8, 5, 1, 8 and 3
     # rows here), from an int8 product from there on: both against a sort, on keys with
     # many ties, zeros (ineligible) and the extreme values, in one batch whose members
     # settle after different numbers of passes; brackets over the whole range, with
     # groups of zeros (no lower bound), narrow ones at the top of the range, and one
-    # key far above the rest.
+    # key far above the rest. A traced k brackets from the least positive key instead.
     rng = np.random.default_rng(n)
     full_range = rng.integers(0, 2**32, n, dtype=np.uint64)
     outlier = np.full(n, 1000)
@@ -35,10 +36,16 @@ def test_kth_largest_matches_sorting(n):
     keys = np.stack(rows).astype(np.uint32)
     stopped_early = 0
     for k in sorted({1, max(1, n // 10), (n + 1) // 2, n}):
-        kth, count = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(keys)
+        if traced:
+            search = lambda x, k: _xla_cpu._kth_largest(x, k)
+            kth, count = jax.jit(jax.vmap(search, in_axes=(0, None)))(keys, jnp.int32(k))
+            single = jax.jit(search)(keys[0], jnp.int32(k))
+        else:
+            kth, count = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(keys)
+            single = jax.jit(lambda x, k=k: _xla_cpu._kth_largest(x, k))(keys[0])
         got = list(zip(np.asarray(kth), np.asarray(count), strict=True))
         # Unbatched, the search runs as a batch of one.
-        got[0] = jax.jit(lambda x, k=k: _xla_cpu._kth_largest(x, k))(keys[0])
+        got[0] = single
         for row, (got_kth, got_count) in zip(keys, got, strict=True):
             ordered = np.sort(row)[::-1]
             want = ordered[k - 1]

@@ -119,6 +119,11 @@ def _fold(op: Callable, x: jax.Array) -> jax.Array:
     return x[0]
 
 
+def _largest(x: jax.Array) -> jax.Array:
+    """The largest entry of `x` (u32[N]): a maximum over its rows (`_rows`), then a fold."""
+    return _fold(jnp.maximum, jnp.max(_rows(x), axis=0))
+
+
 def _whole_batch(batch_fn: Callable) -> Callable:
     """`batch_fn`, written for arrays with a leading batch axis, as a function of one
     member: alone it runs on a batch of one, and under `jax.vmap` on the whole batch at
@@ -146,9 +151,10 @@ def _whole_batch(batch_fn: Callable) -> Callable:
     return one
 
 
-def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-    """(u32[], int32[]): a threshold that splits the k largest entries of `keys` (u32[N],
-    k <= N) from the rest, and the number of keys at or above it.
+def _kth_largest(keys: jax.Array, k) -> tuple[jax.Array, jax.Array]:
+    """(u32[], int32[]): a threshold that splits the k largest entries of `keys` (u32[N])
+    from the rest, and the number of keys at or above it; k is a Python int or a traced
+    int32[], 1 <= k <= N.
 
     The k-th largest key `v` is the largest threshold with at least k keys at or above
     it; a threshold of 0 (never accepted, count 0) means fewer than k keys are positive.
@@ -162,7 +168,8 @@ def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
 
     - one pass over the keys brackets it: `high` is their maximum, and `low` the least
       of the maxima of k disjoint groups, since k keys (one per group) are at or above
-      it;
+      it (`_first_pass`). A traced k cannot shape the groups, and `low` is then the
+      least positive key (`_first_pass_traced`);
     - the first pass counts the keys at or above `low` (so that the count of the
       answer is known) and at two points that cut the rest in thirds; each later pass
       counts at the three points `low + j * ceil(width / 4)` and keeps the highest with
@@ -191,7 +198,10 @@ def _kth_largest(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     which leaves a one-value interval unchanged and a threshold with k keys at or above
     it a threshold with the same k keys.
     """
-    return _whole_batch(lambda keys: _search_batch(keys, k))(keys)
+    if isinstance(k, int):
+        return _whole_batch(lambda keys: _search_batch(keys, k, _first_pass))(keys)
+    search = lambda keys, k: _search_batch(keys, k, _first_pass_traced)
+    return _whole_batch(search)(keys, jnp.asarray(k, jnp.int32))
 
 
 class _Interval(NamedTuple):
@@ -208,13 +218,13 @@ class _Interval(NamedTuple):
         """The number of keys in the interval."""
         return self.at_or_above - self.above
 
-    def unsettled(self, k: int) -> jax.Array:
+    def unsettled(self, k) -> jax.Array:
         """Whether the search goes on: the interval is open, and more than k keys are at
         or above `low`."""
         return (self.high > self.low) & (self.at_or_above != k)
 
 
-def _search_pass(keys: jax.Array, k: int, state: _Interval, offsets) -> _Interval:
+def _search_pass(keys: jax.Array, k, state: _Interval, offsets) -> _Interval:
     """One pass of `_kth_largest` on u32[N] `keys`: counts at `low + d` for the three
     `offsets` d (clipped to `high`) and narrows the interval."""
     counts = _packed_counts if keys.shape[-1] < 2**_FIELD_BITS else _product_counts
@@ -249,7 +259,20 @@ def _first_pass(keys: jax.Array, k: int) -> _Interval:
     return _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third])
 
 
-def _later_passes(keys: jax.Array, k: int, state: _Interval) -> _Interval:
+def _first_pass_traced(keys: jax.Array, k: jax.Array) -> _Interval:
+    """`_first_pass` for a traced k (int32[]): the bracket from the least positive key to
+    the largest, and the first pass in it."""
+    high = _largest(keys)
+    low = jnp.minimum(~_largest(jnp.where(keys > 0, ~keys, 0)), high)
+    third = (high - low) // 3 + 1
+    state = _Interval(low, high, jnp.int32(0), jnp.int32(0))
+    state = _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third])
+    # `low` rejected: fewer than k keys are positive, and the answer is the threshold 0.
+    zero = _Interval(jnp.uint32(0), jnp.uint32(0), jnp.int32(0), jnp.int32(0))
+    return jax.tree.map(lambda z, s: jnp.where(state.at_or_above == 0, z, s), zero, state)
+
+
+def _later_passes(keys: jax.Array, k, state: _Interval) -> _Interval:
     """Two passes of `_kth_largest`, each keeping a quarter of the interval."""
     for _ in range(2):
         step = (state.high - state.low) // 4 + 1
@@ -261,36 +284,38 @@ def _snap(keys: jax.Array, state: _Interval) -> _Interval:
     """The interval with its ends moved onto the least and the largest key in it (no key
     lies between the old ends and the new, so the counts stay)."""
     inside = (keys >= state.low) & (keys <= state.high)
-    largest = _fold(jnp.maximum, jnp.max(_rows(jnp.where(inside, keys, 0)), axis=0))
-    least = ~_fold(jnp.maximum, jnp.max(_rows(jnp.where(inside, ~keys, 0)), axis=0))
+    largest = _largest(jnp.where(inside, keys, 0))
+    least = ~_largest(jnp.where(inside, ~keys, 0))
     some = state.inside > 0
     return state._replace(
         low=jnp.where(some, least, state.low), high=jnp.where(some, largest, state.high)
     )
 
 
-def _search_batch(keys: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-    """`_kth_largest` of each row of u32[B, N] `keys`: (u32[B], int32[B]).
+def _search_batch(keys: jax.Array, k, first_pass: Callable) -> tuple[jax.Array, jax.Array]:
+    """`_kth_largest` of each row of u32[B, N] `keys`: (u32[B], int32[B]), for a static
+    k (a Python int) or one per row (int32[B]); `first_pass(keys, k)` brackets a row.
 
     The bracket is taken inside the loop, in its first iteration, so that the loop is
     the only consumer of `keys`: XLA then computes them once, where a second consumer
     outside it would make XLA recompute them (and the scores behind them) in each.
     """
-    first = jax.vmap(lambda keys: _first_pass(keys, k))
-    later = jax.vmap(lambda keys, state: _later_passes(keys, k, state))
+    k_axis = None if isinstance(k, int) else 0
+    first = jax.vmap(first_pass, in_axes=(0, k_axis))
+    later = jax.vmap(_later_passes, in_axes=(0, k_axis, 0))
     snap = jax.vmap(_snap)
 
     def body(carry):
         i, state = carry
 
         def if_later(state):
-            new = later(keys, state)
+            new = later(keys, k, state)
             # Two passes that left the same keys in an unsettled interval: its keys are
             # sparse (ties, few values), and its ends move onto them.
             stalled = new.unsettled(k) & (new.inside == state.inside)
             return lax.cond(jnp.any(stalled), lambda n: snap(keys, n), lambda n: n, new)
 
-        return i + 1, lax.cond(i == 0, lambda state: first(keys), if_later, state)
+        return i + 1, lax.cond(i == 0, lambda state: first(keys, k), if_later, state)
 
     def unsettled(carry):
         i, state = carry
@@ -505,10 +530,10 @@ def _lowest_tied(tied: jax.Array, take: Callable) -> jax.Array:
     return _choose_by_rank(tied, window)
 
 
-def _top_k_of_keys(keys: jax.Array, k: int, choose: Callable[..., jax.Array], *key):
-    """bool[N]: the k largest positive `keys`, `choose(tied, take, *key)` picking
-    `take(size)` of the `size` clients tied at the k-th place; all positive keys when
-    fewer than k.
+def _top_k_of_keys(keys: jax.Array, k, choose: Callable[..., jax.Array], *key):
+    """bool[N]: the k largest positive `keys` (k: a Python int, or a traced int32[]
+    >= 1), `choose(tied, take, *key)` picking `take(size)` of the `size` clients tied at
+    the k-th place; all positive keys when fewer than k.
 
     With exactly k keys at or above the search's threshold (`_kth_largest`), they are
     the cohort. With more, the threshold is the k-th key: the `at_or_above - size` keys
@@ -516,16 +541,17 @@ def _top_k_of_keys(keys: jax.Array, k: int, choose: Callable[..., jax.Array], *k
     """
     kth, at_or_above = _kth_largest(keys, k)
 
-    def full(keys, kth, at_or_above, *key):
+    def full(keys, kth, excess, *key):
         # With kth = 0 no client is tied, and no slot is left to fill.
-        take = lambda size: size - jnp.maximum(at_or_above - k, 0)
+        take = lambda size: size - jnp.maximum(excess, 0)
         return (keys > kth) | choose((keys == kth) & (kth > 0), take, *key)
 
-    def short(keys, kth, at_or_above, *key):
-        del at_or_above, key
+    def short(keys, kth, excess, *key):
+        del excess, key
         return keys >= jnp.maximum(kth, 1)
 
-    return where_needed(at_or_above > k, full, short, keys, kth, at_or_above, *key)
+    excess = at_or_above - k
+    return where_needed(excess > 0, full, short, keys, kth, excess, *key)
 
 
 def uniform_subset(mask: jax.Array, k: int, key: jax.Array) -> jax.Array:
@@ -566,15 +592,36 @@ def masked_top_k(scores: jax.Array, mask: jax.Array, k: int, key: jax.Array) -> 
     return _top_k_of_keys(order_key(scores, mask), k, choose, key)
 
 
-def top_k_mask(scores: jax.Array, mask: jax.Array, k: int) -> jax.Array:
+def top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
     """Deterministic top-k of `scores` in `mask`, ties to the lower index (for oracles).
 
     Args:
       scores: f32[N] of finite values (`-inf` is never selected).
       mask: bool[N], eligible clients.
-      k: static cohort size.
+      k: cohort size: a Python int, 1 <= k <= N, or a traced int32[], 0 <= k <= N.
 
     Returns:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
-    return _top_k_of_keys(order_key(scores, mask & (scores > -jnp.inf)), k, _lowest_tied)
+    keys = order_key(scores, mask & (scores > -jnp.inf))
+    if isinstance(k, int):
+        return _top_k_of_keys(keys, k, _lowest_tied)
+    # The search takes k >= 1; a k of 0 selects no one.
+    k = jnp.asarray(k, jnp.int32)
+    return _top_k_of_keys(keys, jnp.maximum(k, 1), _lowest_tied) & (k > 0)
+
+
+def kth_largest_key(keys: jax.Array, k) -> jax.Array:
+    """u32[]: `order.kth_largest_key` (the k-th largest of `keys`, u32[N], counting
+    repeats; the all-ones key for k <= 0), bit for bit, from `_kth_largest`'s search.
+
+    The search may stop at a threshold that is not a key, with exactly k keys at or above
+    it: the k-th largest is then the least of those (one pass).
+    """
+    if isinstance(k, int) and k >= 1:
+        low, _ = _kth_largest(keys, k)
+    else:
+        low, _ = _kth_largest(keys, jnp.maximum(jnp.asarray(k, jnp.int32), 1))
+    least = ~_largest(jnp.where(keys >= low, ~keys, 0))
+    kth = jnp.where(low > 0, least, jnp.uint32(0))
+    return jnp.where(jnp.asarray(k) > 0, kth, jnp.uint32(0xFFFFFFFF))

@@ -29,7 +29,7 @@ def where_needed(need: jax.Array, full: Callable, short: Callable, *operands):
 
     @run.def_vmap
     def run_batch(axis_size, in_batched, need, *operands):
-        axes = [0 if b else None for b in in_batched[1:]]
+        axes = jax.tree.map(lambda b: 0 if b else None, tuple(in_batched[1:]))
         full_b = jax.vmap(full, in_axes=axes, axis_size=axis_size)
         short_b = jax.vmap(short, in_axes=axes, axis_size=axis_size)
         out = lax.cond(jnp.any(need), full_b, short_b, *operands)

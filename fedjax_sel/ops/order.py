@@ -38,11 +38,13 @@ def order_value(keys: jax.Array) -> jax.Array:
 
 
 def kth_largest_key(keys: jax.Array, k) -> jax.Array:
-    """u32[]: the k-th largest of `keys` (u32[N]), counting repeats; 0 for k = 0 or less.
+    """u32[]: the k-th largest of `keys` (u32[N]), counting repeats; 0 when fewer than k
+    keys are positive.
 
     The largest v with at least k keys >= v, found bit by bit from the top (32 counting
     passes over the keys, O(N) memory): the order statistic without a sort, for a k known
-    only when the program runs. For k = 0 it is the all-ones key, above every key.
+    only when the program runs. For k = 0 it is the all-ones key, above every key. The
+    definition of `ops.kth_largest_key`, which runs fewer passes on CPU.
 
     Args:
       keys: u32[N], e.g. `order_key(scores, mask)`.

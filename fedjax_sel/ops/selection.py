@@ -15,11 +15,12 @@ partial sort of every row; elsewhere, the definition.
 
 The cohort size k is a Python int (static, 1 <= k <= N: the platform's implementation)
 or a traced int32[] (0 <= k <= N; a decaying exploration count, say): a traced k runs the
-definition on every platform, with an order statistic found by bisection
-(`order.kth_largest_key`) in place of `lax.top_k`, and from the same permutation as a
-static k, so the two select the same clients on every input.
+definition, with an order statistic found by bisection (`order.kth_largest_key`) in place
+of `lax.top_k`, and from the same permutation as a static k, so the two select the same
+clients on every input. The deterministic ops, `top_k_mask` and `kth_largest_key`, run
+the CPU search for a traced k too.
 
-`top_k_mask` and `count_true` are equal on every platform bit for bit. The CPU
+`top_k_mask`, `kth_largest_key` and `count_true` are equal on every platform bit for bit. The CPU
 `masked_top_k` and `uniform_subset` break ties with other random numbers than the
 permutation (Floyd's algorithm), so they select the same clients as the definition
 wherever no tie crosses the k-th place, and the same in distribution everywhere.
@@ -35,9 +36,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_sel.ops import _xla_cpu
+from fedjax_sel.ops import _xla_cpu, order
 from fedjax_sel.ops.batching import where_needed
-from fedjax_sel.ops.order import kth_largest_key, order_key
+from fedjax_sel.ops.order import order_key
 
 
 def _is_static(k) -> bool:
@@ -53,7 +54,7 @@ def _take_first(keys: jax.Array, k) -> jax.Array:
     if _is_static(k):
         values, first = lax.top_k(keys, k)
         return jnp.zeros(n, bool).at[first].set(values > 0)
-    kth = kth_largest_key(keys, k)
+    kth = order.kth_largest_key(keys, k)
     above = keys > kth
     tied = keys == kth
     room = jnp.asarray(k, jnp.int32) - jnp.sum(above, dtype=jnp.int32)
@@ -114,11 +115,13 @@ def portable_count_true(flags: jax.Array) -> jax.Array:
     return jnp.sum(flags, dtype=jnp.int32)
 
 
-def _static_k_op(portable: Callable, cpu: Callable) -> Callable:
+def _static_k_op(portable: Callable, cpu: Callable, cpu_traced_k: bool = False) -> Callable:
     """`(k, *operands) -> cpu(k, *operands)` on CPU and `portable(k, *operands)` elsewhere
     (chosen when the program is lowered) for a static k, jitted: JAX traces it once per
     k and operand shapes, and reuses that jaxpr wherever the op recurs (the rounds, the
-    oracle, the metrics of every policy). A traced k runs `portable` on every platform."""
+    oracle, the metrics of every policy). A traced k runs `portable` on every platform,
+    or, with `cpu_traced_k`, `cpu` on CPU too (ops whose two implementations are equal
+    bit for bit: their random streams do not depend on k's being static)."""
 
     @functools.partial(jax.jit, static_argnums=0)
     def by_platform(k, *operands):
@@ -129,7 +132,12 @@ def _static_k_op(portable: Callable, cpu: Callable) -> Callable:
         )
 
     def op(k, *operands):
-        return by_platform(k, *operands) if _is_static(k) else portable(k, *operands)
+        if _is_static(k):
+            return by_platform(k, *operands)
+        if cpu_traced_k:
+            k = jnp.asarray(k, jnp.int32)
+            return lax.platform_dependent(k, *operands, cpu=cpu, default=portable)
+        return portable(k, *operands)
 
     return op
 
@@ -145,6 +153,12 @@ _UNIFORM_SUBSET = _static_k_op(
 _TOP_K_MASK = _static_k_op(
     lambda k, s, m: portable_top_k_mask(s, m, k),
     lambda k, s, m: _xla_cpu.top_k_mask(s, m, k),
+    cpu_traced_k=True,
+)
+_KTH_LARGEST_KEY = _static_k_op(
+    lambda k, keys: order.kth_largest_key(keys, k),
+    lambda k, keys: _xla_cpu.kth_largest_key(keys, k),
+    cpu_traced_k=True,
 )
 _TRUE_INDICES = _static_k_op(
     lambda size, f: portable_true_indices(f, size),
@@ -196,8 +210,8 @@ def uniform_subset(mask: jax.Array, k, key: jax.Array) -> jax.Array:
 def top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
     """Deterministic top-k of `scores` in `mask`, ties to the lower index (for oracles).
 
-    Equal on every platform to `lax.top_k` of the masked scores; on CPU a static k runs
-    `_xla_cpu.top_k_mask` (no sort).
+    Equal on every platform to `lax.top_k` of the masked scores; on CPU `_xla_cpu.top_k_mask`
+    runs it (no sort), for a static k and a traced one alike.
 
     Args:
       scores: f32[N]; `-inf` and NaN are never selected.
@@ -208,6 +222,21 @@ def top_k_mask(scores: jax.Array, mask: jax.Array, k) -> jax.Array:
       bool[N] with exactly min(k, sum(mask & (scores > -inf))) entries set.
     """
     return _TOP_K_MASK(k, scores, mask)
+
+
+def kth_largest_key(keys: jax.Array, k) -> jax.Array:
+    """u32[]: the k-th largest of `keys` (u32[N], e.g. `order_key(scores, mask)`),
+    counting repeats; 0 when fewer than k keys are positive, the all-ones key for k = 0.
+
+    Defined by `order.kth_largest_key` (32 bisection passes, for a k known only when the
+    program runs); on CPU `_xla_cpu.kth_largest_key`, the selection ops' search, equal
+    bit for bit in about a third of the passes.
+
+    Args:
+      keys: u32[N].
+      k: a Python int or a traced int32[], 0 <= k <= N.
+    """
+    return _KTH_LARGEST_KEY(k, keys)
 
 
 def gumbel_top_k(logits: jax.Array, mask: jax.Array, k, key: jax.Array) -> jax.Array:
