@@ -386,30 +386,15 @@ def rank(
     )
 
 
-def _sample(
-    weights: chex.Array, mask: chex.Array, size: chex.Array, key: chex.Array, bound: int
-) -> chex.Array:
+def _sample(weights: chex.Array, mask: chex.Array, size: chex.Array, key: chex.Array):
     """bool[N]: `size` clients of `mask` without replacement, P proportional to `weights`
-    (the top `size` of log-weights plus Gumbel noise over N; zero weights never drawn).
+    (the top `size` of log-weights plus Gumbel noise; zero weights never drawn).
 
     `ops.gumbel_top_k`'s law, but ties go to the lower index (`ops.top_k_mask`): Gumbel
     noise leaves ties of probability zero, and `gumbel_top_k` breaks them with a random
-    permutation, a sort when, as here, the size is known only at run time.
-
-    `bound` (static) is the most clients `mask` can hold. Below N only those are ranked:
-    their places in increasing order (`ops.true_indices`), their noise read at those
-    places (`ops.sampling.gumbel_at`, the same numbers as the draw over N), so that the
-    same clients are drawn, ties included, at a cost in the bound rather than in N.
-    """
-    n = weights.shape[0]
-    if bound >= n:
-        logits = jnp.log(weights) + jax.random.gumbel(key, weights.shape)
-        return ops.top_k_mask(logits, mask, size)
-    places = ops.true_indices(mask, bound)
-    noise = ops.sampling.gumbel_at(key, places, n)
-    logits = jnp.log(ops.places.take(weights, places, 1.0)) + noise
-    chosen = ops.top_k_mask(logits, places < n, size)
-    return ops.places.put(jnp.zeros((n,), bool), places, chosen)
+    permutation, a sort when, as here, the size is known only at run time."""
+    logits = jnp.log(weights) + jax.random.gumbel(key, weights.shape)
+    return ops.top_k_mask(logits, mask, size)
 
 
 def exploration_window(cfg: Config, ranking: Ranking, take: chex.Array) -> chex.Array:
@@ -486,16 +471,14 @@ def oort(
         num_samples, duration = (read("RoundInput", inp.info, key) for key in _ROUND_KEYS)
         ranking = rank(cfg, state, inp.available, num_samples, duration)
         exploit_key, explore_key, stale_key = jax.random.split(key, 3)
-        exploit = _sample(
-            ranking.score, ranking.candidates, ranking.exploit_len, exploit_key, cfg.num_clients
-        )
+        exploit = _sample(ranking.score, ranking.candidates, ranking.exploit_len, exploit_key)
         count = ranking.num_unexplored
         room = m - jnp.sum(exploit, dtype=jnp.int32)
 
         def sample_unexplored(ranking, room, key):
             take = jnp.minimum(ranking.num_unexplored, room)
             window = exploration_window(cfg, ranking, take)
-            return _sample(ranking.initial, window, take, key, max(int(cfg.window_len[-1]), 1))
+            return _sample(ranking.initial, window, take, key)
 
         # With no client unexplored, the window and its sample are empty: they run (for
         # the whole batch under `jax.vmap`) only in rounds where some trial has one.
@@ -510,7 +493,7 @@ def oort(
             left = state.explored & inp.available & ~exploit & (count == 0)
             rejoin = ops.where_needed(
                 count == 0,
-                lambda left, room, key: _sample(jnp.ones(left.shape), left, room, key, m),
+                lambda left, room, key: _sample(jnp.ones(left.shape), left, room, key),
                 nobody,
                 left,
                 room,

@@ -325,36 +325,13 @@ def test_weighted_sample_has_successive_sampling_inclusion_probabilities():
     keys = jax.random.split(jax.random.PRNGKey(3), draws)
     sample = jax.jit(
         jax.vmap(
-            lambda k: oort_lib._sample(
-                jnp.asarray(weights), jnp.asarray(mask), jnp.int32(2), k, bound=5
-            )
+            lambda k: oort_lib._sample(jnp.asarray(weights), jnp.asarray(mask), jnp.int32(2), k)
         )
     )(keys)
     freq = np.asarray(sample).mean(0)
     assert np.all(np.asarray(sample).sum(1) == 2)
     se = np.sqrt(exact * (1 - exact) / draws)
     assert np.all(np.abs(freq - exact) <= 4 * se + 1e-12), (freq, exact)
-
-
-def test_sample_within_a_bound_draws_the_same_clients_as_over_all():
-    # Ranking only the (at most `bound`) clients of the mask, with their noise read at
-    # their places, draws what the draw over N draws: same keys, same clients, with zero
-    # weights, tied weights and sizes from 0 to beyond the mask.
-    rng = np.random.default_rng(4)
-    batch, n, bound = 200, 50, 12
-    weights = rng.choice([0.0, 1.0, 2.0, 0.5], (batch, n)) * rng.random((batch, 1))
-    mask = np.zeros((batch, n), bool)
-    for row in range(batch):
-        mask[row, rng.choice(n, rng.integers(0, bound + 1), replace=False)] = True
-    size = jnp.asarray(rng.integers(0, bound + 2, batch), jnp.int32)
-    keys = jax.random.split(jax.random.PRNGKey(5), batch)
-    draw = lambda b: jax.jit(jax.vmap(lambda w, m, s, k: oort_lib._sample(w, m, s, k, b)))(
-        jnp.asarray(weights, jnp.float32), jnp.asarray(mask), size, keys
-    )
-    within, over = np.asarray(draw(bound)), np.asarray(draw(n))
-    np.testing.assert_array_equal(within, over)
-    positive = mask & (weights > 0)
-    np.testing.assert_array_equal(within.sum(1), np.minimum(size, positive.sum(1)))
 
 
 def test_a_window_wider_than_the_clients_ranks_every_unexplored_client():

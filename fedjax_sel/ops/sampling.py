@@ -1,7 +1,7 @@
 """Random draws at a subset of positions, and Gamma and Beta draws without a rejection
 loop per element.
 
-`uniform_at`, `normal_at` and `gumbel_at` draw a client's number from its own counter, so that an
+`uniform_at` and `normal_at` draw a client's number from its own counter, so that an
 environment draws only what a round observes and still gives every client the number a
 draw over all N would (common random numbers, whatever the others did).
 
@@ -134,23 +134,6 @@ def normal_at(key: jax.Array, index: jax.Array, size: int) -> jax.Array:
       f32[k].
     """
     return _normal(_bits_at(key, index, size))
-
-
-@functools.partial(jax.jit, static_argnames=("size",))
-def gumbel_at(key: jax.Array, index: jax.Array, size: int) -> jax.Array:
-    """`jax.random.gumbel(key, (size,))[index]`, bit for bit (its default mode, "low":
-    -log(-log u), u uniform in [tiny, 1)), hashing only the entries of `index`.
-
-    Args:
-      key: a PRNG key.
-      index: int32[k], positions in [0, size).
-      size: N, the length of the draw that `index` reads.
-
-    Returns:
-      f32[k].
-    """
-    tiny = float(jnp.finfo(jnp.float32).tiny)
-    return -jnp.log(-jnp.log(uniform_at(key, index, size, minval=tiny, maxval=1.0)))
 
 
 def _accepted(x, u, v, d):
