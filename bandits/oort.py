@@ -60,7 +60,11 @@ float64, this selector in float32, with the percentile indices, epsilon schedule
 pacer thresholds tabulated in float64 when it is built, so those are exact.
 
 Selecting takes O(N) time and memory per trial with no sort: rankings of a size known only
-at run time use `ops.order.kth_largest_key` (32 counting passes).
+at run time use `ops.kth_largest_key` and `ops.top_k_mask` with a traced k (on CPU the
+selection ops' search, a few counting passes; elsewhere their definition, 32). The
+exploration window and its sample run only in rounds where some trial of the batch has an
+unexplored client, the stale list's rejoining only where some trial has none
+(`ops.where_needed`).
 """
 
 from __future__ import annotations
@@ -347,7 +351,7 @@ def rank(
     size = jnp.sum(positive, dtype=jnp.int32)
     clip_rank = size - jnp.minimum(jnp.asarray(cfg.clip_index)[size], size - 1)
     clip = jnp.where(size > 0, _value_at(reward, positive, clip_rank), 0.0)
-    # The largest and smallest by one reduction each, not a 32-pass search (the same values).
+    # The largest and smallest by one reduction each, not a search (the same values).
     high = jnp.where(size > 0, jnp.max(jnp.where(positive, reward, -jnp.inf)), 0.0)
     low = jnp.where(size > 0, jnp.min(jnp.where(positive, reward, jnp.inf)), 0.0)
     low = low * 0.999

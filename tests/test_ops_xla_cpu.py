@@ -14,7 +14,8 @@ from fedjax_sel.ops import _xla_cpu
 @pytest.mark.parametrize("n", [1, 3, 8, 100, 997, 1000, 1023, 1024, 1500])
 def test_kth_largest_matches_sorting(n, traced):
     # Counts from packed int32 sums below 1,024 keys (summed in 1, 3, 8, 5, 1, 8 and 3
-    # rows here), from an int8 product from there on: both against a sort, on keys with
+    # rows here), from there on from a sum per threshold in this batch of 8 and from an
+    # int8 product in the batch of 16 it is repeated into: all against a sort, on keys with
     # many ties, zeros (ineligible) and the extreme values, in one batch whose members
     # settle after different numbers of passes; brackets over the whole range, with
     # groups of zeros (no lower bound), narrow ones at the top of the range, and one
@@ -34,6 +35,10 @@ def test_kth_largest_matches_sorting(n, traced):
         outlier,
     ]
     keys = np.stack(rows).astype(np.uint32)
+    assert _xla_cpu._counter(len(keys), n) is not _xla_cpu._product_counts
+    assert _xla_cpu._counter(2 * len(keys), n) is (
+        _xla_cpu._product_counts if n >= 1024 else _xla_cpu._packed_counts
+    )
     stopped_early = 0
     for k in sorted({1, max(1, n // 10), (n + 1) // 2, n}):
         if traced:
@@ -44,9 +49,15 @@ def test_kth_largest_matches_sorting(n, traced):
             kth, count = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(keys)
             single = jax.jit(lambda x, k=k: _xla_cpu._kth_largest(x, k))(keys[0])
         got = list(zip(np.asarray(kth), np.asarray(count), strict=True))
-        # Unbatched, the search runs as a batch of one.
+        # Unbatched, the search runs as a batch of one; repeated, as a batch of 16.
         got[0] = single
-        for row, (got_kth, got_count) in zip(keys, got, strict=True):
+        twice = np.concatenate([keys, keys])
+        if traced:
+            kth16, count16 = jax.jit(jax.vmap(search, in_axes=(0, None)))(twice, jnp.int32(k))
+        else:
+            kth16, count16 = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(twice)
+        got += list(zip(np.asarray(kth16), np.asarray(count16), strict=True))
+        for row, (got_kth, got_count) in zip(np.concatenate([keys, twice]), got, strict=True):
             ordered = np.sort(row)[::-1]
             want = ordered[k - 1]
             want_count = int(np.sum(row >= want)) if want > 0 else 0

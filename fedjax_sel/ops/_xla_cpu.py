@@ -107,6 +107,29 @@ def _product_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Ar
     return [counts[j] for j in range(len(thresholds))]
 
 
+def _summed_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Array]:
+    """The numbers of `keys` (u32[N]) at or above each threshold, one int32 sum each."""
+    return [jnp.sum(keys >= t, dtype=jnp.int32) for t in thresholds]
+
+
+# From this many rows on, the search counts by an int8 matrix product (`_counter`).
+_PRODUCT_MIN_ROWS = 16
+
+
+def _counter(rows: int, n: int) -> Callable:
+    """How `_kth_largest` counts keys at its thresholds in `rows` rows of `n` keys: packed
+    sums below 2^10 keys (`_packed_counts`); beyond, an int8 matrix product
+    (`_product_counts`) from `_PRODUCT_MIN_ROWS` rows on, a sum per threshold below.
+
+    Measured per row at k = 130 (docs/benchmarks.md): the product beats the sums from
+    about 16 rows of 10^5 keys, and at 1 to 2 rows of 10^6 keys (one or two trials a
+    device) it took 10 to 22 ms against 2 to 5 ms, its matrix too thin for the library.
+    """
+    if n < 2**_FIELD_BITS:
+        return _packed_counts
+    return _product_counts if rows >= _PRODUCT_MIN_ROWS else _summed_counts
+
+
 def _fold(op: Callable, x: jax.Array) -> jax.Array:
     """`op` (an elementwise minimum or maximum) over all of `x` (1-D), by halving.
 
@@ -188,7 +211,8 @@ def _kth_largest(keys: jax.Array, k) -> tuple[jax.Array, jax.Array]:
     at N = 1,000 and 27 to 30% at N = 10,000 (docs/benchmarks.md).
 
     The counts come from one int32 sum of packed flags below 2^10 keys
-    (`_packed_counts`), from an int8 matrix product beyond (`_product_counts`). The
+    (`_packed_counts`), beyond from an int8 matrix product in batches of 16 or more
+    (`_product_counts`) and from a sum per threshold in smaller ones (`_counter`). The
     search is exact whatever the bracket; a narrow bracket only saves passes: without
     the two rules above, about 11 for the indices of `ucb` at N = 100, 1,000 and 10,000,
     where a search over all 32 bits takes 16 (docs/benchmarks.md).
@@ -224,10 +248,9 @@ class _Interval(NamedTuple):
         return (self.high > self.low) & (self.at_or_above != k)
 
 
-def _search_pass(keys: jax.Array, k, state: _Interval, offsets) -> _Interval:
-    """One pass of `_kth_largest` on u32[N] `keys`: counts at `low + d` for the three
-    `offsets` d (clipped to `high`) and narrows the interval."""
-    counts = _packed_counts if keys.shape[-1] < 2**_FIELD_BITS else _product_counts
+def _search_pass(keys: jax.Array, k, state: _Interval, offsets, counts: Callable) -> _Interval:
+    """One pass of `_kth_largest` on u32[N] `keys`: counts (`counts`, `_counter`) at
+    `low + d` for the three `offsets` d (clipped to `high`) and narrows the interval."""
     low, high, at_or_above, above = state
     # Thresholds below 1 would count ineligible keys: they are raised to 1.
     candidates = [jnp.maximum(low + jnp.minimum(d, high - low), 1) for d in offsets]
@@ -243,7 +266,7 @@ def _search_pass(keys: jax.Array, k, state: _Interval, offsets) -> _Interval:
     return _Interval(low, high, at_or_above, above)
 
 
-def _first_pass(keys: jax.Array, k: int) -> _Interval:
+def _first_pass(keys: jax.Array, k: int, counts: Callable) -> _Interval:
     """The bracket of u32[N] `keys` and the first pass of `_kth_largest` in it."""
     n = keys.shape[-1]
     # k disjoint groups: group i holds keys g * k + i (g < N // k), and one more key
@@ -256,27 +279,27 @@ def _first_pass(keys: jax.Array, k: int) -> _Interval:
     # then the thirds of the bracket. No key is above `high`, the largest.
     third = (high - low) // 3 + 1
     state = _Interval(low, high, jnp.int32(0), jnp.int32(0))
-    return _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third])
+    return _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third], counts)
 
 
-def _first_pass_traced(keys: jax.Array, k: jax.Array) -> _Interval:
+def _first_pass_traced(keys: jax.Array, k: jax.Array, counts: Callable) -> _Interval:
     """`_first_pass` for a traced k (int32[]): the bracket from the least positive key to
     the largest, and the first pass in it."""
     high = _largest(keys)
     low = jnp.minimum(~_largest(jnp.where(keys > 0, ~keys, 0)), high)
     third = (high - low) // 3 + 1
     state = _Interval(low, high, jnp.int32(0), jnp.int32(0))
-    state = _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third])
+    state = _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third], counts)
     # `low` rejected: fewer than k keys are positive, and the answer is the threshold 0.
     zero = _Interval(jnp.uint32(0), jnp.uint32(0), jnp.int32(0), jnp.int32(0))
     return jax.tree.map(lambda z, s: jnp.where(state.at_or_above == 0, z, s), zero, state)
 
 
-def _later_passes(keys: jax.Array, k, state: _Interval) -> _Interval:
+def _later_passes(keys: jax.Array, k, state: _Interval, counts: Callable) -> _Interval:
     """Two passes of `_kth_largest`, each keeping a quarter of the interval."""
     for _ in range(2):
         step = (state.high - state.low) // 4 + 1
-        state = _search_pass(keys, k, state, [step, 2 * step, 3 * step])
+        state = _search_pass(keys, k, state, [step, 2 * step, 3 * step], counts)
     return state
 
 
@@ -301,8 +324,9 @@ def _search_batch(keys: jax.Array, k, first_pass: Callable) -> tuple[jax.Array, 
     outside it would make XLA recompute them (and the scores behind them) in each.
     """
     k_axis = None if isinstance(k, int) else 0
-    first = jax.vmap(first_pass, in_axes=(0, k_axis))
-    later = jax.vmap(_later_passes, in_axes=(0, k_axis, 0))
+    counts = _counter(*keys.shape)
+    first = jax.vmap(functools.partial(first_pass, counts=counts), in_axes=(0, k_axis))
+    later = jax.vmap(functools.partial(_later_passes, counts=counts), in_axes=(0, k_axis, 0))
     snap = jax.vmap(_snap)
 
     def body(carry):
