@@ -26,7 +26,8 @@ tied clients from the words it packs them in (`_choose_by_rank`); the eligible c
 client fits in the cohort; under `jax.vmap` it is skipped when that holds for every
 member of the batch (`where_needed`).
 
-Against the portable definitions: `top_k_mask` and `count_true` are equal bit for bit;
+Against the portable definitions: `top_k_mask`, `kth_largest_key` (both for a static k
+and for one known only at run time) and `count_true` are equal bit for bit;
 `masked_top_k` and `uniform_subset` draw their tie-breaks from other random numbers
 (Floyd's subset of the tied ranks, not a permutation of all clients), so they are equal
 where no tie crosses the k-th place and equal in distribution everywhere
