@@ -18,9 +18,10 @@ def where_needed(need: jax.Array, full: Callable, short: Callable, *operands):
     a batched predicate runs both branches, so the batching rule
     (`jax.custom_batching.custom_vmap`) conditions on the whole batch: `full` runs,
     vmapped, only in rounds where some member needs it, and since the two agree
-    elsewhere the result is the same as choosing per member. The operands cross the
-    conditional as materialised arrays; outside it, XLA would recompute them (and what
-    they are computed from) in every consumer.
+    elsewhere the result is the same as choosing per member. The operands (arrays, or
+    pytrees of them, batched or not leaf by leaf) cross the conditional as materialised
+    arrays; outside it, XLA would recompute them (and what they are computed from) in
+    every consumer.
     """
 
     @jax.custom_batching.custom_vmap
