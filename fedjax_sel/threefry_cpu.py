@@ -46,6 +46,15 @@ _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
 
 
+def _block(x1, x2, rotations, key1, key2, number):
+    """One block of Threefry-2x32: four rounds by `rotations` (u32 scalars), then the
+    key words `key1`, `key2` and the block's `number` injected."""
+    for rotation in rotations:
+        x1 = x1 + x2
+        x2 = x1 ^ ((x2 << rotation) | (x2 >> (np.uint32(32) - rotation)))
+    return x1 + key1, x2 + key2 + number
+
+
 def threefry2x32(key1, key2, count1, count2):
     """Threefry-2x32 with 20 rounds, straight-line.
 
@@ -60,22 +69,25 @@ def threefry2x32(key1, key2, count1, count2):
     schedule = (key1, key2, key1 ^ key2 ^ _PARITY)
     x1, x2 = count1 + schedule[0], count2 + schedule[1]
     for block in range(5):
-        for rotation in _ROTATIONS[block % 2]:
-            x1 = x1 + x2
-            x2 = x1 ^ ((x2 << np.uint32(rotation)) | (x2 >> np.uint32(32 - rotation)))
-        x1 = x1 + schedule[(block + 1) % 3]
-        x2 = x2 + schedule[(block + 2) % 3] + np.uint32(block + 1)
+        rotations = [np.uint32(r) for r in _ROTATIONS[block % 2]]
+        keys = schedule[(block + 1) % 3], schedule[(block + 2) % 3]
+        x1, x2 = _block(x1, x2, rotations, *keys, np.uint32(block + 1))
     return x1, x2
 
 
+def _shape(*words) -> tuple[int, ...]:
+    """The shape the four words of a hash broadcast to."""
+    return jnp.broadcast_shapes(*(jnp.shape(x) for x in words))
+
+
 def threefry2x32_rolled(key1, key2, count1, count2):
-    """`threefry2x32` as a loop of its five blocks of four rounds, the same numbers.
+    """`threefry2x32` as a loop of its five blocks (`_block`), the same numbers.
 
     The key schedule turns by one word a block and the rotation constants alternate
     between the even and the odd blocks, so that every block is the same loop body.
     The four arguments are broadcast first, so that the loop's carry keeps one shape.
     """
-    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (key1, key2, count1, count2)))
+    shape = _shape(key1, key2, count1, count2)
     key1, key2, count1, count2 = (
         jnp.broadcast_to(jnp.asarray(x, jnp.uint32), shape) for x in (key1, key2, count1, count2)
     )
@@ -83,12 +95,9 @@ def threefry2x32_rolled(key1, key2, count1, count2):
 
     def block(i, state):
         x1, x2, schedule = state
-        for j in range(4):
-            rotation = rotations[i % 2, j]
-            x1 = x1 + x2
-            x2 = x1 ^ ((x2 << rotation) | (x2 >> (np.uint32(32) - rotation)))
-        x1 = x1 + schedule[1]
-        x2 = x2 + schedule[2] + (i + 1).astype(jnp.uint32)
+        row = rotations[i % 2]
+        number = (i + 1).astype(jnp.uint32)
+        x1, x2 = _block(x1, x2, [row[j] for j in range(4)], schedule[1], schedule[2], number)
         return x1, x2, (schedule[1], schedule[2], schedule[0])
 
     schedule = (key1, key2, key1 ^ key2 ^ _PARITY)
@@ -104,9 +113,9 @@ STRAIGHT_LINE_SIZE = 4096
 
 def _by_size(key1, key2, count1, count2):
     """`threefry2x32` straight-line from `STRAIGHT_LINE_SIZE` entries, else rolled."""
-    shape = jnp.broadcast_shapes(*(jnp.shape(x) for x in (key1, key2, count1, count2)))
-    straight = int(np.prod(shape, dtype=np.int64)) >= STRAIGHT_LINE_SIZE
-    return (threefry2x32 if straight else threefry2x32_rolled)(key1, key2, count1, count2)
+    size = int(np.prod(_shape(key1, key2, count1, count2), dtype=np.int64))
+    lowering = threefry2x32 if size >= STRAIGHT_LINE_SIZE else threefry2x32_rolled
+    return lowering(key1, key2, count1, count2)
 
 
 def jax_lowers_it_as_a_loop() -> bool:
