@@ -276,8 +276,13 @@ def _first_pass(keys: jax.Array, k: int, counts: Callable) -> _Interval:
     group_max = jnp.max(keys[: k * per_group].reshape(per_group, k), axis=0)
     group_max = jnp.maximum(group_max, jnp.pad(keys[k * per_group :], (0, k - n % k)))
     low, high = _fold(jnp.minimum, group_max), _fold(jnp.maximum, group_max)
-    # `low` itself first (accepted unless it is 0 and fewer than k keys are positive),
-    # then the thirds of the bracket. No key is above `high`, the largest.
+    return _pass_in_bracket(keys, k, low, high, counts)
+
+
+def _pass_in_bracket(keys: jax.Array, k, low, high, counts: Callable) -> _Interval:
+    """The first pass of `_kth_largest` in the bracket `[low, high]` (`high` the largest
+    key): at `low` itself (with either bracket, rejected only when fewer than k keys are
+    positive), then at the thirds of the bracket."""
     third = (high - low) // 3 + 1
     state = _Interval(low, high, jnp.int32(0), jnp.int32(0))
     return _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third], counts)
@@ -288,9 +293,7 @@ def _first_pass_traced(keys: jax.Array, k: jax.Array, counts: Callable) -> _Inte
     the largest, and the first pass in it."""
     high = _largest(keys)
     low = jnp.minimum(~_largest(jnp.where(keys > 0, ~keys, 0)), high)
-    third = (high - low) // 3 + 1
-    state = _Interval(low, high, jnp.int32(0), jnp.int32(0))
-    state = _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third], counts)
+    state = _pass_in_bracket(keys, k, low, high, counts)
     # `low` rejected: fewer than k keys are positive, and the answer is the threshold 0.
     zero = _Interval(jnp.uint32(0), jnp.uint32(0), jnp.int32(0), jnp.int32(0))
     return jax.tree.map(lambda z, s: jnp.where(state.at_or_above == 0, z, s), zero, state)

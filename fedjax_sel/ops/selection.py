@@ -115,7 +115,7 @@ def portable_count_true(flags: jax.Array) -> jax.Array:
     return jnp.sum(flags, dtype=jnp.int32)
 
 
-def _static_k_op(portable: Callable, cpu: Callable, cpu_traced_k: bool = False) -> Callable:
+def _k_op(portable: Callable, cpu: Callable, cpu_traced_k: bool = False) -> Callable:
     """`(k, *operands) -> cpu(k, *operands)` on CPU and `portable(k, *operands)` elsewhere
     (chosen when the program is lowered) for a static k, jitted: JAX traces it once per
     k and operand shapes, and reuses that jaxpr wherever the op recurs (the rounds, the
@@ -142,25 +142,25 @@ def _static_k_op(portable: Callable, cpu: Callable, cpu_traced_k: bool = False) 
     return op
 
 
-_MASKED_TOP_K = _static_k_op(
+_MASKED_TOP_K = _k_op(
     lambda k, s, m, r: portable_masked_top_k(s, m, k, r),
     lambda k, s, m, r: _xla_cpu.masked_top_k(s, m, k, r),
 )
-_UNIFORM_SUBSET = _static_k_op(
+_UNIFORM_SUBSET = _k_op(
     lambda k, m, r: portable_uniform_subset(m, k, r),
     lambda k, m, r: _xla_cpu.uniform_subset(m, k, r),
 )
-_TOP_K_MASK = _static_k_op(
+_TOP_K_MASK = _k_op(
     lambda k, s, m: portable_top_k_mask(s, m, k),
     lambda k, s, m: _xla_cpu.top_k_mask(s, m, k),
     cpu_traced_k=True,
 )
-_KTH_LARGEST_KEY = _static_k_op(
+_KTH_LARGEST_KEY = _k_op(
     lambda k, keys: order.kth_largest_key(keys, k),
     lambda k, keys: _xla_cpu.kth_largest_key(keys, k),
     cpu_traced_k=True,
 )
-_TRUE_INDICES = _static_k_op(
+_TRUE_INDICES = _k_op(
     lambda size, f: portable_true_indices(f, size),
     lambda size, f: _xla_cpu.true_indices(f, size),
 )
