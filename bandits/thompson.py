@@ -26,8 +26,8 @@ def thompson(
       :math:`\mathrm{Beta}(1 + S_i, 1 + T_i - S_i)` with :math:`S_i` the sum of its
       observed rewards. For Bernoulli rewards this is the exact posterior; for rewards in
       [0, 1] it is the fractional update, which keeps `update` deterministic. The draw
-      is `ops.sampling.beta` (exact Marsaglia-Tsang attempts, the rejected ones' in a
-      buffer; a, b >= 1 here).
+      is `ops.sampling.beta` (exact: Cheng's rejection sampler, or the inverse CDF where
+      a or b is 1, the rejected attempts in a buffer; a, b >= 1 here).
     - `prior="gaussian"`: :math:`\theta_i \sim N(S_i / (T_i + 1), v^2 / (T_i + 1))`
       (Agrawal and Goyal, 2013) with `v = prior_scale`.
 

@@ -2,9 +2,10 @@
 before the selection ops moved to `fedjax_sel.ops`, must not change. One documented change
 since: FedCS(3) on `exchange_time` selects fewer than m clients in some rounds, and the
 empty slots are now charged as the slowest available client (`envs.cohort`), so its
-reward and regret entries were re-recorded; and Beta Thompson sampling's Gamma draws
-(`ops.sampling.gamma`) now take an attempt's normal and uniform from the two words of
-one hash, so its entries ("thompson", not "thompson_gaussian") were re-recorded, as
+reward and regret entries were re-recorded; and Beta Thompson sampling's draws
+(`ops.sampling.beta`) are now Cheng's rejection sampler (the inverse CDF where a or b
+is 1) in place of a ratio of Gamma draws, so its entries ("thompson", not
+"thompson_gaussian") were re-recorded (every other entry of their runs unchanged), as
 were epsilon-greedy's, whose exploring rounds now take the top k of equal scores (one
 selection a round); and the decisions of round robin and the oracle carry their
 clients' places (`Decision.indices`), at which the stationary environments now value them

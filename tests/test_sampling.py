@@ -34,44 +34,67 @@ def test_gamma_matches_scipy_whatever_the_buffer(a, spare):
     assert stats.kstest(x, stats.gamma(a).cdf).pvalue > P_MIN
 
 
-def _first_accepted(key, a, compiler_options):
-    """Marsaglia and Tsang's sampler as a plain loop: attempt i of element e from the
-    hash of (i, e), until each element's first acceptance (the definition of `gamma`)."""
-    size = a.size
+def _first_accepted(key, attempt, params, compiler_options):
+    """A rejection sampler as a plain loop: attempt i of element e from the hash of
+    (i, e), until each element's first acceptance (the definition of `gamma` and
+    `beta`)."""
+    size = params[0].size
 
     @functools.partial(jax.jit, compiler_options=compiler_options)
-    def attempt(i):
-        d = a.reshape(-1) - 1.0 / 3.0
-        c = jax.lax.rsqrt(9.0 * d)
-        normal_bits, uniform_bits = sampling._word_pairs(jax.random.fold_in(key, i), size)
-        x, u = sampling._normal(normal_bits), sampling._unit(uniform_bits)
-        v = (1.0 + c * x) ** 3
-        return d * v, sampling._accepted(x, u, v, d)
+    def attempt_i(i):
+        words = sampling._word_pairs(jax.random.fold_in(key, i), size)
+        return attempt(*words, *(p.reshape(-1) for p in params))
 
     value, done = np.zeros(size, np.float32), np.zeros(size, bool)
     i = 0
     while not done.all():
-        value_i, accepted = map(np.asarray, attempt(i))
+        value_i, accepted = map(np.asarray, attempt_i(i))
         first = accepted & ~done
         value[first], done = value_i[first], done | accepted
         i += 1
-    return value.reshape(a.shape)
+    return value.reshape(params[0].shape)
+
+
+def _shapes(seed):
+    """f32[2, 1000] of 1, 2, 5 and 10."""
+    return 1.0 + jnp.floor(3.0 * jax.random.uniform(jax.random.PRNGKey(seed), (2, 1000))) ** 2
+
+
+# Each sampler, its attempt and the attempt's parameters from the sampler's arguments.
+_SAMPLERS = {
+    "gamma": (
+        sampling.gamma,
+        sampling._gamma_attempt,
+        lambda a: (a - 1.0 / 3.0, jax.lax.rsqrt(9.0 * (a - 1.0 / 3.0))),
+        (_shapes(12),),
+    ),
+    "beta": (
+        sampling.beta,
+        sampling._beta_attempt,
+        lambda a, b: (a, b),
+        # min(a, b) = 1 (the inverse CDF, either way round) and 2 to 1,000 (Cheng's BA).
+        (_shapes(12), jnp.where(_shapes(13) == 10.0, 1000.0, _shapes(13))),
+    ),
+}
 
 
 @pytest.mark.parametrize("impl", ["threefry2x32", "rbg"])
-def test_gamma_is_the_first_accepted_attempt_of_each_element(impl, xla_defaults):
-    # The bulk attempt, the buffer (overflowing at spare = 1 and 40: about 100 of the
-    # 2,000 are rejected at a = 1) and the passes after it make each element's attempts
-    # in the order of the plain loop, from the same hashes: the same numbers whatever
-    # the buffer, and the plain loop's up to the rounding of separately compiled
-    # arithmetic (an element given another attempt's value would be off by its spread).
+@pytest.mark.parametrize("name", list(_SAMPLERS))
+def test_each_element_is_its_first_accepted_attempt(name, impl, xla_defaults):
+    # The bulk attempt, the buffer (overflowing at spare = 1 and 40: 49 of the 2,000
+    # first Gamma attempts and 90 of the 2,000 first Beta attempts are rejected here)
+    # and the passes after it make each element's attempts in the order of the plain
+    # loop, from the same hashes: the same numbers whatever the buffer, and the plain
+    # loop's up to the rounding of separately compiled arithmetic (an element given
+    # another attempt's value would be off by its spread).
+    sampler, attempt, params, args = _SAMPLERS[name]
     key = jax.random.key(11, impl=impl)
-    a = 1.0 + jnp.floor(3.0 * jax.random.uniform(jax.random.PRNGKey(12), (2, 1000))) ** 2
-    draw = jax.jit(sampling.gamma, static_argnums=2, compiler_options=xla_defaults)
-    drawn = {spare: np.asarray(draw(key, a, spare)) for spare in (0, 1, 40, None)}
+    draw = jax.jit(sampler, static_argnums=len(args) + 1, compiler_options=xla_defaults)
+    drawn = {spare: np.asarray(draw(key, *args, spare)) for spare in (0, 1, 40, None)}
     for spare in (0, 1, 40):
         np.testing.assert_array_equal(drawn[spare], drawn[None])
-    np.testing.assert_allclose(drawn[None], _first_accepted(key, a, xla_defaults), rtol=2e-6)
+    loop = _first_accepted(key, attempt, params(*args), xla_defaults)
+    np.testing.assert_allclose(drawn[None], loop, rtol=2e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("spare", [-1, 2.0])
@@ -83,8 +106,12 @@ def test_a_bad_buffer_is_refused(spare):
 @pytest.mark.parametrize(
     "a, b",
     [
-        (1.0, 1.0),  # no observation: uniform
+        (1.0, 1.0),  # no observation: uniform (the inverse CDF)
+        (1.0, 7.0),  # no success yet: the inverse CDF
+        (7.0, 1.0),  # no failure yet: the inverse CDF the other way round
         (3.5, 2.0),  # fractional rewards
+        (1.001, 50.0),  # just above 1: Cheng's BA accepts 0.7 of its attempts
+        (2.0, 1e6),  # BA accepts 0.8 of its attempts
         (50.0, 50.0),
         (1.0, 1e6 + 1.0),  # a million failures, no success
         (1e6 + 1.0, 1e6 + 1.0),

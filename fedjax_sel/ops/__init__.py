@@ -17,8 +17,9 @@ adds trial or edge-server axes.
   `order_key` (`order`: the f32 total order as u32 that every op ranks by),
   `where_needed` (`batching`: a conditional that stays one under `jax.vmap`).
 - `sampling.gamma`, `sampling.beta`: exact Gamma and Beta draws for shapes >= 1,
-  a first Marsaglia-Tsang attempt in bulk over the whole batch, the rejected ones'
-  further attempts in a short buffer (no per-element rejection loop);
+  a first attempt of a rejection sampler (Marsaglia and Tsang's; Cheng's for Beta) in
+  bulk over the whole batch, the rejected ones' further attempts in a short buffer (no
+  per-element rejection loop);
   `sampling.uniform_at`, `sampling.normal_at`: JAX's uniform and normal draws over N,
   at a few positions only;
 - `places.take`, `places.add`, `places.put`: per-client arrays read and updated at a
