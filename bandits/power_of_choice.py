@@ -146,7 +146,7 @@ def power_of_choice(
     def highest(score, candidate, key):
         """bool[N]: the m candidates of highest `score`, ties at random, ranked among the
         (at most d) candidates alone: one pass over N gathers them, not a ranking of N."""
-        slots = jnp.nonzero(candidate, size=d, fill_value=n)[0]
+        slots = ops.true_indices(candidate, d)
         valid = slots < n
         chosen = ops.masked_top_k(score[jnp.minimum(slots, n - 1)], valid, m, key)
         return jnp.zeros((n,), bool).at[slots].set(chosen, mode="drop")

@@ -152,7 +152,7 @@ import numpy as np
 
 from fedjax_sel import validation
 from fedjax_sel.envs import availability as availability_lib
-from fedjax_sel.ops import count_true, top_k_mask
+from fedjax_sel.ops import count_true, top_k_mask, true_indices
 from fedjax_sel.types import Env, Feedback, RoundInput, RoundStats
 
 EXAMPLE_TRACE = str(importlib.resources.files("fedjax_sel.envs") / "traces" / "example.csv")
@@ -725,7 +725,7 @@ def devices(
         selected, available = decision.selected, round_input.available
         # The m lowest-indexed selected clients, in slots; empty slots hold n (dropped
         # by every scatter below).
-        index = jnp.nonzero(selected, size=m, fill_value=n)[0]
+        index = true_indices(selected, m)
         filled = index < n
         slot = jnp.where(filled, index, 0)
         started = filled & available[slot]
