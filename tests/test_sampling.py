@@ -56,7 +56,7 @@ def _first_accepted(key, attempt, params, compiler_options):
 
 
 def _shapes(seed):
-    """f32[2, 1000] of 1, 2, 5 and 10."""
+    """f32[2, 1000] of 1, 2 and 5."""
     return 1.0 + jnp.floor(3.0 * jax.random.uniform(jax.random.PRNGKey(seed), (2, 1000))) ** 2
 
 
@@ -73,7 +73,7 @@ _SAMPLERS = {
         sampling._beta_attempt,
         lambda a, b: (a, b),
         # min(a, b) = 1 (the inverse CDF, either way round) and 2 to 1,000 (Cheng's BA).
-        (_shapes(12), jnp.where(_shapes(13) == 10.0, 1000.0, _shapes(13))),
+        (_shapes(12), jnp.where(_shapes(13) == 5.0, 1000.0, _shapes(13))),
     ),
 }
 
@@ -82,11 +82,11 @@ _SAMPLERS = {
 @pytest.mark.parametrize("name", list(_SAMPLERS))
 def test_each_element_is_its_first_accepted_attempt(name, impl, xla_defaults):
     # The bulk attempt, the buffer (overflowing at spare = 1 and 40: 49 of the 2,000
-    # first Gamma attempts and 90 of the 2,000 first Beta attempts are rejected here)
-    # and the passes after it make each element's attempts in the order of the plain
-    # loop, from the same hashes: the same numbers whatever the buffer, and the plain
-    # loop's up to the rounding of separately compiled arithmetic (an element given
-    # another attempt's value would be off by its spread).
+    # first Gamma attempts and 125 of the 2,000 first Beta attempts are rejected here,
+    # with the threefry key) and the passes after it make each element's attempts in the
+    # order of the plain loop, from the same hashes: the same numbers whatever the
+    # buffer, and the plain loop's up to the rounding of separately compiled arithmetic
+    # (an element given another attempt's value would be off by its spread).
     sampler, attempt, params, args = _SAMPLERS[name]
     key = jax.random.key(11, impl=impl)
     draw = jax.jit(sampler, static_argnums=len(args) + 1, compiler_options=xla_defaults)
