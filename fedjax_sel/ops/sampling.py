@@ -143,7 +143,7 @@ def _open_unit(bits: jax.Array) -> jax.Array:
     return _unit(bits) + np.float32(2.0**-24)
 
 
-def _first_accepted(key, attempt, params, spare, default_spare):
+def _first_accepted(key, attempt, params, spare, share):
     """Each element's first accepted attempt of a rejection sampler, f32[size].
 
     Attempt i of the element at flat position e takes the two words of one hash of
@@ -165,13 +165,13 @@ def _first_accepted(key, attempt, params, spare, default_spare):
         one attempt of the elements whose parameters are `params`, from two uniform
         u32 words each.
       params: f32[size] arrays, the elements' parameters.
-      spare: the buffer's places, None or a Python int >= 0.
-      default_spare: the places for `spare=None`, from `size`.
+      spare: the buffer's places, a Python int >= 0, or None for 32 + size / `share`.
+      share: the buffer's default share of the elements, a Python int.
     """
     if spare is not None and (not isinstance(spare, int) or spare < 0):
         raise ValueError(f"spare must be None or an int >= 0, got {spare!r}.")
     size = params[0].shape[0]
-    spare = min(default_spare(size) if spare is None else spare, size)
+    spare = min(32 + size // share if spare is None else spare, size)
     # Materialised once: the buffer gathers the very numbers the bulk attempt used.
     params = lax.optimization_barrier(params)
 
@@ -240,9 +240,7 @@ def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
     """
     a = jnp.asarray(a, jnp.float32)
     d = (a - 1.0 / 3.0).reshape(-1)
-    value = _first_accepted(
-        key, _gamma_attempt, (d, lax.rsqrt(9.0 * d)), spare, lambda size: 32 + size // 16
-    )
+    value = _first_accepted(key, _gamma_attempt, (d, lax.rsqrt(9.0 * d)), spare, 16)
     return value.reshape(a.shape)
 
 
@@ -306,17 +304,14 @@ def beta(key: jax.Array, a: jax.Array, b: jax.Array, spare: int | None = None) -
     posterior Beta(1 + S, 1 + F) always has a, b >= 1; for a or b < 1 the result is not
     a Beta draw (not checked, being traced).
 
-    A Beta draw as a ratio of Gamma draws X / (X + Y) made two Marsaglia-Tsang attempts,
-    each a hash, an inverse error function and two logarithms; Cheng's attempt is one
-    hash, three logarithms (one array), a `log1p` and three exponentials (two of them
-    for the inverse CDF). The buffer's
-    passes run while any element of the batch is left, so their cost is the buffer's
-    size times about five passes: a buffer of an eighth of the elements (Beta Thompson
-    sampling at N = 1,000 and 10,000 with 1,000 trials: 1.16e8 and 1.12e8 client-rounds
-    a second) was faster than one of a fifth (1.03e8 at N = 1,000 over 1,000 rounds) or
-    a quarter (9.1e7 and 8.6e7), though more than an eighth of the elements is rejected
-    where most posteriors have min(a, b) of 2 to 5 and max(a, b) far larger, and then
-    the rest go on in passes over every element (docs/benchmarks.md).
+    A ratio of Gamma draws X / (X + Y) would take two Marsaglia-Tsang attempts, each a
+    hash, an inverse error function and two logarithms; Cheng's attempt is one hash,
+    three logarithms (one array), a `log1p` and three exponentials (two of them for the
+    inverse CDF). The buffer's passes run while any element of the batch is left, so
+    their cost is the buffer's size times about five passes: an eighth of the elements
+    measured faster than a fifth or a quarter (docs/benchmarks.md), though more than an
+    eighth is rejected where most posteriors have min(a, b) of 2 to 5 and max(a, b) far
+    larger, and the rest then go on in passes over every element.
 
     Args:
       key: a PRNG key.
@@ -325,7 +320,5 @@ def beta(key: jax.Array, a: jax.Array, b: jax.Array, spare: int | None = None) -
         the size.
     """
     a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
-    value = _first_accepted(
-        key, _beta_attempt, (a.reshape(-1), b.reshape(-1)), spare, lambda size: 32 + size // 8
-    )
+    value = _first_accepted(key, _beta_attempt, (a.reshape(-1), b.reshape(-1)), spare, 8)
     return value.reshape(a.shape)
