@@ -118,6 +118,34 @@ def test_deposit_places_bits_at_the_set_bits_of_the_mask():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("k", [1, 15, 16, 17, 100])
+def test_random_subsets_equal_floyds_plain_loop(k):
+    """The batched subsets are those of a plain loop of Floyd's steps over a Python set,
+    from the same random words: in one batch whose members take 0, 1, all k or every
+    rank of their size, with ranks t drawn again and landing on an earlier step's j."""
+    n = 4 * k + 40
+    rng = np.random.default_rng(k)
+    size = rng.integers(k, n + 1, 12).astype(np.int32)
+    size[:4] = [k, k, 1, k + 1]
+    take = np.minimum(size, rng.integers(0, k + 1, 12)).astype(np.int32)
+    take[:4] = [k, 0, min(k, 1), k]
+    keys = jax.random.split(jax.random.PRNGKey(k), 12)
+    got = jax.jit(_xla_cpu._random_subsets, static_argnums=(3, 4))(
+        jnp.asarray(size), jnp.asarray(take), keys, k, n
+    )
+    got = np.unpackbits(np.asarray(got).view(np.uint8), axis=1, bitorder="little")
+    for b in range(12):
+        words = np.asarray(jax.random.bits(keys[b], (k,)))
+        chosen = set()
+        for i in range(take[b]):
+            j = int(size[b] - take[b] + i)
+            t = int(words[i]) % (j + 1)
+            chosen.add(j if t in chosen else t)
+        want = np.zeros(got.shape[1], np.uint8)
+        want[sorted(chosen)] = 1
+        np.testing.assert_array_equal(got[b], want, err_msg=str(b))
+
+
 @pytest.mark.parametrize("n", [7, 32, 100, 1000])
 def test_random_tied_chooses_the_tied_clients_of_the_subset_ranks(n):
     """The tied client of rank r (r tied clients before it) is chosen iff Floyd's
