@@ -190,3 +190,55 @@ def test_eval_shape_only():
     before = len(jax.live_arrays())
     runner.trial_memory_bytes(env, sel)
     assert len(jax.live_arrays()) == before
+
+
+class _Device:
+    """A device that reports its memory as an accelerator does (`memory_stats`)."""
+
+    def __init__(self, limit):
+        self.limit = limit
+
+    def memory_stats(self):
+        return None if self.limit is None else {"bytes_limit": self.limit, "bytes_in_use": 7}
+
+
+def test_device_memory_is_the_least_device_times_the_devices_of_every_process():
+    assert runner.device_memory_bytes([_Device(80), _Device(60)]) == 120
+    assert runner.device_memory_bytes([_Device(80), _Device(60)], num_processes=4) == 480
+    assert runner.device_memory_bytes([_Device(80), _Device(None)]) is None
+    assert runner.device_memory_bytes(jax.devices("cpu")) is None  # CPUs report no limit
+
+
+def test_accelerator_chunk_fits_a_share_of_the_device_memory():
+    env = envs.bernoulli(N, K)
+    policies = {"ucb": bandits.ucb(N, K)}
+    per_trial = runner.trial_memory_bytes(env, policies["ucb"])
+    share = runner.ACCELERATOR_MEMORY_SHARE
+    choose = lambda num_devices, memory, chunk=None, budget=None: runner.choose_trials_per_chunk(
+        policies, env, 5, 64, chunk, budget, num_devices, "gpu", memory
+    )
+    # 64 trials, memory whose share fits 13 of them: chunks of 8 on one device; of 16
+    # trials (two blocks of 8) on two whose memory together fits 26.
+    memory = (kept_bytes(5, 64) + 13 * per_trial) / share
+    assert choose(1, memory) == 8
+    assert choose(2, 2 * memory) == 16
+    assert choose(1, 100 * memory) == 64  # all at once where they fit
+    # Not even one trial fits the share: one trial a device.
+    assert choose(1, per_trial) == 1
+    assert choose(4, per_trial) == 4
+    # A device with no known limit: all at once on one, the least padded chunk on several.
+    assert choose(1, None) is None
+    assert choose(2, None) == 64
+    # A chunk or a budget given wins.
+    assert choose(1, memory, chunk=2) == 2
+    assert choose(1, memory, budget=kept_bytes(5, 64) + 3 * per_trial) == 2
+
+
+def test_simulate_reads_the_memory_of_the_devices_it_runs_on(monkeypatch):
+    seen = []
+    read = runner.device_memory_bytes
+    monkeypatch.setattr(runner, "device_memory_bytes", lambda *a: seen.append(a) or read(*a))
+    env, sel = envs.bernoulli(N, K), bandits.ucb(N, K)
+    devices = jax.devices("cpu")[:1]
+    fedjax_sel.simulate(sel, env, 2, 3, seed=1, progress=None, devices=devices)
+    assert seen == [(devices, 1)]

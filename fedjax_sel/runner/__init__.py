@@ -30,6 +30,7 @@ from fedjax_sel.ops import double
 from fedjax_sel.results import Results
 from fedjax_sel.runner import checkpoints, chunking, fingerprint, processes, programs, reduction
 from fedjax_sel.runner.chunking import (
+    ACCELERATOR_MEMORY_SHARE,
     CHUNK_COST_TRIALS,
     CPU_CHUNK_BYTES,
     CPU_CHUNK_CLIENT_TRIALS,
@@ -37,6 +38,7 @@ from fedjax_sel.runner.chunking import (
     CPU_CORE_CHUNK_CLIENT_TRIALS,
     cpu_trials_per_chunk,
     device_block,
+    device_memory_bytes,
     trial_memory_bytes,
     trials_per_chunk_for_budget,
 )
@@ -45,6 +47,7 @@ from fedjax_sel.runner.reduction import tree_sum
 from fedjax_sel.types import Env, Selector
 
 __all__ = [
+    "ACCELERATOR_MEMORY_SHARE",
     "CHUNK_COST_TRIALS",
     "COMPILER_OPTIONS",
     "CPU_CHUNK_BYTES",
@@ -54,6 +57,7 @@ __all__ = [
     "choose_trials_per_chunk",
     "cpu_trials_per_chunk",
     "device_block",
+    "device_memory_bytes",
     "simulate",
     "tree_sum",
     "trial_memory_bytes",
@@ -89,12 +93,16 @@ def simulate(
       num_trials: M >= 1.
       seed: the seed of every random stream, an integer in [0, 2^32) (see
         `runner.programs`).
-      trials_per_chunk: trials run at once, a power of two (memory bound); None runs
-        all M at once on one accelerator, the chunk that pads least on several
-        (`chunking.least_padded_chunk`), and on CPU devices chunks that stay in cache
-        (`cpu_trials_per_chunk`). On several devices, each runs a power-of-two block of
-        the chunk (`device_block`). The size used is recorded as `trials_per_chunk` in
-        the results' config. Results do not depend on it.
+      trials_per_chunk: trials run at once, a power of two (memory bound); None runs,
+        on accelerators, the chunk whose estimated memory fits
+        `ACCELERATOR_MEMORY_SHARE` of theirs (`device_memory_bytes`,
+        `trials_per_chunk_for_budget`; one trial a device where not even one fits), or,
+        where a device reports no memory limit, all M at once on one and the chunk
+        that pads least on several (`chunking.least_padded_chunk`); on CPU devices,
+        chunks that stay in cache (`cpu_trials_per_chunk`). On several devices, each
+        runs a power-of-two block of the chunk (`device_block`). The size used is
+        recorded as `trials_per_chunk` in the results' config. Results do not depend
+        on it.
       rounds_per_chunk: rounds per compiled call (progress, checkpoints), in [1, T]; None
         runs all T at once. Results do not depend on it.
       checkpoint_dir: where progress is saved after every chunk (one file per policy)
@@ -175,6 +183,7 @@ def simulate(
         memory_budget_bytes,
         num_devices,
         devices[0].platform,
+        device_memory_bytes(devices, group.count),
     )
 
     keys = programs.keys(int(seed))
@@ -293,10 +302,12 @@ def choose_trials_per_chunk(
     memory_budget_bytes: int | None,
     num_devices: int,
     platform: str,
+    memory_bytes: int | None = None,
 ) -> int | None:
     """The trial chunk `simulate` runs (its docstring says how it is chosen, from its
     `trials_per_chunk` and `memory_budget_bytes`) on `num_devices` devices of `platform`
-    in all; None for all trials at once."""
+    with `memory_bytes` of memory in all (`device_memory_bytes`, None where unknown);
+    None for all trials at once."""
     if trials_per_chunk is not None:
         trials_per_chunk = validation.positive_int("trials_per_chunk", trials_per_chunk)
         if trials_per_chunk & (trials_per_chunk - 1):
@@ -319,6 +330,14 @@ def choose_trials_per_chunk(
                 trial_bytes = max(trial_bytes, trial_memory_bytes(env, selector))
         cpu_chunk = cpu_trials_per_chunk(env.num_clients, num_trials, num_devices, trial_bytes)
         return min(trials_per_chunk or cpu_chunk, cpu_chunk)
+    if trials_per_chunk is None and memory_bytes is not None:
+        budget = int(ACCELERATOR_MEMORY_SHARE * memory_bytes)
+        try:
+            return trials_per_chunk_for_budget(
+                policies, env, num_rounds, num_trials, budget, num_devices
+            )
+        except ValueError:  # not even one trial fits the share: one trial a device
+            return chunking.least_padded_chunk(num_devices, num_trials, num_devices)
     if trials_per_chunk is None and num_devices > 1:
         # Devices run power-of-two blocks: chunks that pad least, with no memory bound.
         everything = chunking.simulated_trials(num_trials, num_devices)

@@ -104,6 +104,22 @@ def trials_per_chunk_for_budget(
     return least_padded_chunk(int(fitting), num_trials, num_devices)
 
 
+# On an accelerator, the chunk `simulate` runs by default is the one whose estimated
+# memory (`trials_per_chunk_for_budget`) fits this share of the devices' memory; the rest
+# is left to XLA's workspace and the compiled programs' own buffers.
+ACCELERATOR_MEMORY_SHARE = 0.5
+
+
+def device_memory_bytes(devices, num_processes: int = 1) -> int | None:
+    """The memory of `devices` (this process's) and of as many on each of `num_processes`
+    processes, in bytes: the least device's (`memory_stats()["bytes_limit"]`) times
+    their number; None where a device reports no limit (CPU devices report none)."""
+    limits = [(device.memory_stats() or {}).get("bytes_limit") for device in devices]
+    if not limits or None in limits:
+        return None
+    return int(min(limits)) * len(limits) * num_processes
+
+
 def device_block(chunk: int, num_devices: int) -> int:
     """Trials each of `num_devices` devices runs of a chunk of `chunk` trials: all of them
     on one device, else the power of two >= chunk / num_devices.
