@@ -14,8 +14,10 @@ entry is the original.
 
 Selections (which clients, how often) are compared exactly; floating-point metrics to a
 relative 1e-6, since a processor with other vector widths may sum a trial's clients in
-another order. Regenerate (only for a documented change of results) with
-`python tests/test_golden.py`.
+another order. They are the CPU program's, and run on a CPU device wherever the tests
+run: on an accelerator the selection ops take their portable definitions, whose
+tie-breaks draw other random numbers (equal in distribution, tests/test_ops.py).
+Regenerate (only for a documented change of results) with `python tests/test_golden.py`.
 """
 
 import os
@@ -134,8 +136,9 @@ def _ops_at(n, k):
 
 def _kernel_outputs():
     out = {}
-    for n, k in [(37, 5), (100, 10), (1000, 100), (1500, 150)]:
-        out.update(_ops_at(n, k))
+    with jax.default_device(jax.devices("cpu")[0]):
+        for n, k in [(37, 5), (100, 10), (1000, 100), (1500, 150)]:
+            out.update(_ops_at(n, k))
     return {name: np.asarray(x) for name, x in out.items()}
 
 
@@ -145,7 +148,13 @@ def _collect(part):
         return _kernel_outputs()
     env, policies, num_rounds, num_trials = _runs()[part]
     results = fedjax_sel.simulate(
-        policies, env, num_rounds=num_rounds, num_trials=num_trials, seed=3, progress=None
+        policies,
+        env,
+        num_rounds=num_rounds,
+        num_trials=num_trials,
+        seed=3,
+        progress=None,
+        devices=jax.devices("cpu"),
     )
     arrays = {}
     for policy in results.policies:
