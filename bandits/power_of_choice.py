@@ -147,9 +147,8 @@ def power_of_choice(
         """bool[N]: the m candidates of highest `score`, ties at random, ranked among the
         (at most d) candidates alone: one pass over N gathers them, not a ranking of N."""
         slots = ops.true_indices(candidate, d)
-        valid = slots < n
-        chosen = ops.masked_top_k(score[jnp.minimum(slots, n - 1)], valid, m, key)
-        return jnp.zeros((n,), bool).at[slots].set(chosen, mode="drop")
+        chosen = ops.masked_top_k(ops.places.take(score, slots, 0.0), slots < n, m, key)
+        return ops.places.put(jnp.zeros((n,), bool), slots, chosen)
 
     def probe(inp, candidate):
         """f32[N], the examples each candidate evaluates (0 elsewhere)."""
