@@ -28,6 +28,10 @@ for _option, (_value, _) in FAST_COMPILE.items():
         os.environ["XLA_FLAGS"] = (
             os.environ.get("XLA_FLAGS", "") + f" --{_option}={_value}"
         ).strip()
+# The launch scripts' persistent compilation cache (launch/compilation_cache.py) stays off
+# in the suite, in process and in the scripts it runs, unless the caller's environment
+# chooses a directory: tests do not write to the user's cache.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
 
 
 @pytest.fixture

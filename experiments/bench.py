@@ -66,6 +66,14 @@ def _reset_peak() -> None:
         pass
 
 
+def compile_afresh() -> None:
+    """Turns JAX's persistent compilation cache off for this process, so that the
+    compile seconds of `measure` are of compiling, not of loading a program compiled by
+    an earlier run (`JAX_COMPILATION_CACHE_DIR`, the launch scripts' cache:
+    launch/compilation_cache.py). Call it before anything compiles."""
+    jax.config.update("jax_enable_compilation_cache", False)
+
+
 def measure(fn: Callable[[], Any]) -> dict[str, float | None]:
     """Runs `fn` once: wall, CPU (all threads) and compile seconds, peak and added RSS."""
     _reset_peak()

@@ -111,6 +111,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
+    bench.compile_afresh()
     f = flags.FLAGS
     try:
         num_clients = _sizes("num_clients", f.num_clients)

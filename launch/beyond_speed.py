@@ -39,6 +39,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
+    bench.compile_afresh()
     try:
         numbers = bench.beyond_speed(
             _POLICY.value,

@@ -48,6 +48,7 @@ def main(argv):
     except ValueError as e:
         raise app.UsageError(str(e)) from None
     fedjax_sel.configure_cpu()
+    bench.compile_afresh()
     try:
         report = bench.memory_run(
             _POLICY.value,

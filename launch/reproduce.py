@@ -24,6 +24,7 @@ from absl import app, flags
 
 import fedjax_sel
 from experiments import reproductions
+from launch import compilation_cache
 
 _PAPER = flags.DEFINE_string("paper", None, "Seed paper: a module of experiments/reproductions.")
 _FIGURE = flags.DEFINE_string("figure", None, "Figure of that paper.")
@@ -39,12 +40,14 @@ _DATASET = flags.DEFINE_string(
     "fashion_mnist, cifar10, mnist or emnist (default: the figure's own).",
 )
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data directory of --dataset.")
+_CACHE_DIR = compilation_cache.define_flag()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
+    cache = compilation_cache.enable(_CACHE_DIR.value)
     if _PAPER.value is None or _FIGURE.value is None:
         raise app.UsageError(
             f"--paper and --figure are required; papers: {', '.join(reproductions.papers())}."
@@ -64,6 +67,7 @@ def main(argv):
         raise app.UsageError(str(e)) from None
     json.dump(numbers, sys.stdout, indent=1, default=float)
     print()
+    print(compilation_cache.summary(cache), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@ Parameters of the environment and the policies beyond the two sizes are set with
 Python literal). Every bad flag is a usage error naming it, raised before anything runs
 or is written.
 
+Compiled programs are kept in JAX's persistent compilation cache
+(`--compilation_cache_dir`, `launch/compilation_cache.py`): a later run of the same sweep
+loads them instead of compiling them, and prints how many it loaded.
+
 Prints progress while it runs and a table at the end (final cumulative regret, mean and
 95% interval over trials, per policy, with the other headline metrics); writes
 `results.npz`/`results.json`, the tables `results.csv` (curves: policy, metric, round,
@@ -32,6 +36,7 @@ from absl import app, flags
 import fedjax_sel
 from experiments import sweep
 from fedjax_sel import validation
+from launch import compilation_cache
 
 _ENV = flags.DEFINE_string("env", "bernoulli", "Environment name (fedjax_sel.envs.REGISTRY).")
 _POLICIES = flags.DEFINE_list(
@@ -54,6 +59,7 @@ _ROUNDS_PER_CHUNK = flags.DEFINE_integer(
     "rounds_per_chunk", None, "Rounds per compiled call (progress, checkpoints); default T/10."
 )
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", "out/sweep", "Where results and figures go.")
+_CACHE_DIR = compilation_cache.define_flag()
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed",
     False,
@@ -94,6 +100,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
+    cache = compilation_cache.enable(_CACHE_DIR.value)
     if _DISTRIBUTED.value:
         jax.distributed.initialize(
             coordinator_address=_COORDINATOR.value,
@@ -138,6 +145,7 @@ def main(argv):
         f"wrote {_OUTPUT_DIR.value}/results.npz, results.json, results.csv, "
         f"results_totals.csv and the figure"
     )
+    print(compilation_cache.summary(cache))
     print(f"total time {time.perf_counter() - start:.1f} s")
 
 

@@ -44,6 +44,7 @@ def _timed(selector, env, t, m) -> dict:
 def main(argv):
     del argv
     fedjax_sel.configure_cpu()
+    bench.compile_afresh()
     n, k, t, m = _N.value, _K.value, _T.value, _M.value
     record = {"env": _ENV.value, "num_clients": n, "num_selected": k}
     record.update(num_rounds=t, num_trials=m)

@@ -32,6 +32,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     fedjax_sel.configure_cpu()
+    bench.compile_afresh()
     try:
         numbers = bench.xia_speed(
             _NUM_TRIALS.value, _NUM_ROUNDS.value, _PRESET.value, _CHUNK.value, _NUMPY_TRIALS.value

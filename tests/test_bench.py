@@ -17,12 +17,13 @@ from fedjax_sel import envs, runner
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run_module(args):
-    """Runs `python -m args...` from the repository root on CPU; fails on a non-zero exit."""
+def _run_module(args, **variables):
+    """Runs `python -m args...` from the repository root on CPU, with the environment
+    `variables` added; fails on a non-zero exit."""
     return subprocess.run(
         [sys.executable, "-m", *args],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"},
+        env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", **variables},
         capture_output=True,
         text=True,
         check=True,
@@ -105,6 +106,9 @@ def test_command_line(tmp_path):
     # A stationary policy at N = 10 and a paper policy at its paper's N (K = 20): the
     # stationary --num_clients does not apply to it.
     out = tmp_path / "bench.json"
+    # A persistent compilation cache chosen in the environment is not used: the compile
+    # times are of compiling (every program cached, whatever its compile time, if it were).
+    cache = tmp_path / "cache"
     proc = _run_module(
         [
             "launch.bench",
@@ -116,8 +120,11 @@ def test_command_line(tmp_path):
             "--reference_trials=1",
             "--reference_tie_break=position",
             f"--output={out}",
-        ]
+        ],
+        JAX_COMPILATION_CACHE_DIR=str(cache),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
     )
+    assert not cache.exists() or not any(cache.iterdir())
     results = json.loads(out.read_text())
     cell, paper = results["cells"]
     assert (cell["policy"], cell["num_clients"], cell["num_trials"]) == ("random", 10, 2)

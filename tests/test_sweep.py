@@ -10,12 +10,13 @@ import pandas as pd
 import pytest
 
 import fedjax_sel
+from launch import compilation_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _sweep(*flags, cwd=ROOT):
-    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+def _sweep(*flags, cwd=ROOT, **variables):
+    env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", **variables)
     return subprocess.run(
         [sys.executable, "-m", "launch.sweep", *flags],
         cwd=cwd,
@@ -94,3 +95,50 @@ def test_sweep_bad_flags_are_usage_errors(tmp_path, flag, message):
     out = _sweep("--num_clients=12", "--num_rounds=5", flag, f"--output_dir={tmp_path}")
     assert out.returncode != 0
     assert message in out.stderr, out.stderr[-2000:]
+
+
+def test_a_second_sweep_loads_its_programs_from_the_compilation_cache(tmp_path):
+    # Every program cached, whatever its compile time (JAX's default skips those under 1 s).
+    cache = tmp_path / "cache"
+    flags = ["--policies=ucb,random", "--num_clients=12", "--num_selected=3"]
+    flags += ["--num_rounds=20", "--num_trials=4", f"--compilation_cache_dir={cache}"]
+    every = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    first, second = (
+        _sweep(*flags, f"--output_dir={tmp_path / run}", **every) for run in ("first", "second")
+    )
+    assert first.returncode == 0 and second.returncode == 0, first.stderr[-3000:]
+    written = len(list(cache.glob("*-cache")))
+    assert written >= 2  # the rounds of both policies at least
+
+    def loaded(out):
+        line = next(line for line in out.stdout.splitlines() if line.startswith("compilation"))
+        assert line.startswith(f"compilation cache {cache}: ")
+        return int(line.split(": ")[1].split()[0])
+
+    # The first run compiles what it runs once (what it loads, it compiled earlier in the
+    # run); the second loads every program it compiles, and nothing is written anew.
+    assert loaded(first) < written <= loaded(second)
+    assert len(list(cache.glob("*-cache"))) == written
+    # The same executables: the same numbers.
+    one, two = (np.load(tmp_path / run / "results.npz") for run in ("first", "second"))
+    assert one.files == two.files
+    for name in one.files:
+        np.testing.assert_array_equal(one[name], two[name], err_msg=name)
+
+
+def test_compilation_cache_directory():
+    home = os.path.expanduser("~")
+    assert compilation_cache.directory("/c", {}) == "/c"
+    assert compilation_cache.directory("", {"JAX_COMPILATION_CACHE_DIR": "/j"}) is None
+    assert compilation_cache.directory("~/c", {}) == os.path.join(home, "c")
+    # By default JAX's own variable wins where it is set ('' there turns the cache off),
+    # else the user's cache directory.
+    assert compilation_cache.directory(None, {"JAX_COMPILATION_CACHE_DIR": "/j"}) == "/j"
+    assert compilation_cache.directory(None, {"JAX_COMPILATION_CACHE_DIR": ""}) is None
+    assert compilation_cache.directory(None, {"XDG_CACHE_HOME": "/x"}) == "/x/fedjax_sel/jax"
+    assert compilation_cache.directory(None, {"XDG_CACHE_HOME": ""}) == os.path.join(
+        home, ".cache", "fedjax_sel", "jax"
+    )
+    assert compilation_cache.directory(None, {}) == os.path.join(
+        home, ".cache", "fedjax_sel", "jax"
+    )
