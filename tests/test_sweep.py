@@ -110,14 +110,16 @@ def test_a_second_sweep_loads_its_programs_from_the_compilation_cache(tmp_path):
     written = len(list(cache.glob("*-cache")))
     assert written >= 2  # the rounds of both policies at least
 
-    def loaded(out):
+    def loaded_and_compiled(out):
         line = next(line for line in out.stdout.splitlines() if line.startswith("compilation"))
         assert line.startswith(f"compilation cache {cache}: ")
-        return int(line.split(": ")[1].split()[0])
+        words = line.split(": ")[1].split()
+        return int(words[0]), int(words[3])
 
-    # The first run compiles what it runs once (what it loads, it compiled earlier in the
-    # run); the second loads every program it compiles, and nothing is written anew.
-    assert loaded(first) < written <= loaded(second)
+    # The first run compiles every program it has not compiled earlier in the run (those
+    # it loads); the second loads every program, compiles none and writes nothing anew.
+    (loaded, compiled), (reloaded, recompiled) = map(loaded_and_compiled, (first, second))
+    assert compiled == written and reloaded == loaded + compiled and recompiled == 0
     assert len(list(cache.glob("*-cache"))) == written
     # The same executables: the same numbers.
     one, two = (np.load(tmp_path / run / "results.npz") for run in ("first", "second"))
@@ -142,3 +144,29 @@ def test_compilation_cache_directory():
     assert compilation_cache.directory(None, {}) == os.path.join(
         home, ".cache", "fedjax_sel", "jax"
     )
+
+
+@pytest.mark.parametrize(
+    "variables, expected",
+    [
+        ({}, f"{compilation_cache.MIN_COMPILE_SECONDS} DIR"),
+        ({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}, "2.0 DIR"),  # the caller's
+    ],
+)
+def test_enable_sets_the_directory_and_the_least_compile_time(tmp_path, variables, expected):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
+    script = (
+        "import jax\nfrom launch import compilation_cache\n"
+        f"path = compilation_cache.enable({str(tmp_path)!r})\n"
+        "print(jax.config.jax_persistent_cache_min_compile_time_secs, "
+        "'DIR' if jax.config.jax_compilation_cache_dir == path else 'other')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": ROOT, **variables},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == expected.split()
