@@ -20,6 +20,7 @@ environment needs a row in `ENVIRONMENTS`, else its test fails.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import NamedTuple
 
 import chex
@@ -174,6 +175,8 @@ class Played(NamedTuple):
     available: jax.Array  # bool[TRIALS, ROUNDS, N]
     accepted: jax.Array  # bool[TRIALS, ROUNDS], `Env.feasible` (True where none)
     callbacks: list[str]  # host callbacks in the program
+    trials: Callable  # the program: PRNG keys [TRIALS] -> the above
+    keys: jax.Array  # its argument
 
 
 @pytest.fixture(scope="module", params=sorted(bandits.REGISTRY))
@@ -202,7 +205,9 @@ def played(request) -> Played:
     keys = jax.random.split(jax.random.PRNGKey(0), TRIALS)
     callbacks = _callbacks(trials, keys)
     initial, final, (selected, available, accepted) = jax.jit(trials)(keys)
-    return Played(name, setting, initial, final, selected, available, accepted, callbacks)
+    return Played(
+        name, setting, initial, final, selected, available, accepted, callbacks, trials, keys
+    )
 
 
 def test_init_select_update_under_jit_and_vmap_with_fixed_state(played):
@@ -212,6 +217,18 @@ def test_init_select_update_under_jit_and_vmap_with_fixed_state(played):
     assert selected.shape == (TRIALS, ROUNDS, N) and selected.dtype == np.bool_, name
     assert not np.any(selected & ~available), name
     assert np.all(selected.sum(-1) <= setting.max_selected), (name, selected.sum(-1))
+
+
+def test_the_rounds_lower_for_an_accelerator(played):
+    # The program a GPU would run, lowered here without one: the selection ops'
+    # definitions in place of their CPU kernels (`lax.platform_dependent`, which fails
+    # to lower where a platform has no branch), JAX's own lowering of every primitive.
+    exported = jax.export.export(jax.jit(played.trials), platforms=["cuda"])(played.keys)
+    assert exported.platforms == ("cuda",), played.name
+    expected = jax.tree.leaves(jax.eval_shape(played.trials, played.keys))
+    assert [(a.shape, a.dtype) for a in exported.out_avals] == [
+        (x.shape, x.dtype) for x in expected
+    ], played.name
 
 
 def test_scanned_rounds_have_no_host_callback_and_are_accepted(played):
