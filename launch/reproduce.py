@@ -12,7 +12,10 @@ dataset instead of their offline default:
   python -m launch.reproduce --flagfile=launch/flagfiles/huang_training_fig5a_calibrated.cfg \
       --dataset=fashion_mnist --data_dir=~/tensorflow_datasets
 
-The figures themselves live in `experiments/reproductions/<paper>.py`.
+The figures themselves live in `experiments/reproductions/<paper>.py`. Compiled programs
+are kept in JAX's persistent compilation cache (`--compilation_cache_dir`,
+`launch/compilation_cache.py`), so a second run of a figure loads them instead of
+compiling them.
 """
 
 from __future__ import annotations
