@@ -146,27 +146,23 @@ def test_compilation_cache_directory():
     )
 
 
-@pytest.mark.parametrize(
-    "variables, expected",
-    [
-        ({}, f"{compilation_cache.MIN_COMPILE_SECONDS} DIR"),
-        ({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}, "2.0 DIR"),  # the caller's
-    ],
-)
-def test_enable_sets_the_directory_and_the_least_compile_time(tmp_path, variables, expected):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
-    script = (
-        "import jax\nfrom launch import compilation_cache\n"
-        f"path = compilation_cache.enable({str(tmp_path)!r})\n"
-        "print(jax.config.jax_persistent_cache_min_compile_time_secs, "
-        "'DIR' if jax.config.jax_compilation_cache_dir == path else 'other')"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env={**env, "PYTHONPATH": ROOT, **variables},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert out.stdout.split() == expected.split()
+@pytest.mark.parametrize("caller", [None, "2"])
+def test_enable_sets_the_directory_and_the_least_compile_time(monkeypatch, caller):
+    # JAX's options as `enable` sets them, recorded instead of set in this process.
+    updates = {}
+    monkeypatch.setattr(compilation_cache.jax.config, "update", updates.__setitem__)
+    variable = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+    if caller is None:
+        monkeypatch.delenv(variable, raising=False)
+    else:
+        monkeypatch.setenv(variable, caller)  # the caller's, which JAX has read already
+    assert compilation_cache.enable("/c") == "/c"
+    expected = {"jax_compilation_cache_dir": "/c"}
+    if caller is None:
+        expected["jax_persistent_cache_min_compile_time_secs"] = (
+            compilation_cache.MIN_COMPILE_SECONDS
+        )
+    assert updates == expected
+    updates.clear()
+    assert compilation_cache.enable("") is None
+    assert updates["jax_compilation_cache_dir"] is None
