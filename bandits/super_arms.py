@@ -114,8 +114,8 @@ def _members_mean(value: chex.Array, members: chex.Array) -> chex.Array:
     of each sum is not 0), in place of a gather: under the runner's `vmap` over trials
     the gather's result is arm-major, and XLA:CPU then kept the arms' sums, f32[trials,
     A], in that layout through the slots, transposing them three times a slot (into and
-    out of Quick-Init's `lax.cond`, and in the index). Dense Quick-Init UCB's slots took
-    2.2 to 2.6 times as long (docs/benchmarks.md). `value` must be finite.
+    out of Quick-Init's `lax.cond`, and in the index), and dense Quick-Init UCB's runs
+    took 2.3 to 2.4 times as long (docs/benchmarks.md). `value` must be finite.
     """
     columns = (
         jnp.dot(
