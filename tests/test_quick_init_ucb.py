@@ -68,7 +68,7 @@ def test_cold_start_is_a_partition_then_every_arm_has_count_one(form):
 
 
 @pytest.mark.parametrize("n, k", [(20, 5), (7, 3)])
-def test_members_mean_adds_the_members_values_in_order_bit_for_bit(n, k):
+def test_members_mean_adds_the_members_values_in_order_bit_for_bit(n, k, xla_defaults):
     # As the runner calls it: jitted, under vmap over trials; values with repeats, zeros
     # and a spread of magnitudes, whose sums round.
     members = np.asarray(list(itertools.combinations(range(n), k)), np.int32)
@@ -82,6 +82,12 @@ def test_members_mean_adds_the_members_values_in_order_bit_for_bit(n, k):
     np.testing.assert_array_equal(got, total * np.float32(1 / k))
     # The order matters: the sums differ from exact ones in the last bits.
     assert np.any(np.asarray(got, np.float64) != gathered.astype(np.float64).mean(-1))
+    # Its definition, the mean of the gathered values, as XLA compiles both for users.
+    compiled = lambda fn: jax.jit(jax.vmap(fn), compiler_options=xla_defaults)(values)
+    np.testing.assert_array_equal(
+        compiled(lambda v: qi._members_mean(v, jnp.asarray(members))),
+        compiled(lambda v: jnp.mean(v[jnp.asarray(members)], axis=1)),
+    )
 
 
 def test_no_arm_is_played_twice_at_mu_one_within_500_slots():
