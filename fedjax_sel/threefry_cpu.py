@@ -20,7 +20,7 @@ unchanged, so every `jax.random` draw in the process gives the same bits as befo
 implementation and compares draws with a process that did not register it). What
 changes is speed: 1,000 trials drawing one Bernoulli reward per
 client and round cost 0.62 ms a round through the loop and 0.14 ms straight-line at
-N=100, 1.71 ms and 0.83 ms at N=1,000 (docs/benchmarks.md).
+N=100, 1.71 ms and 0.83 ms at N=1,000.
 
 Small hashes (fewer than `STRAIGHT_LINE_SIZE` entries: a chunk's key splits and folds,
 a few draws per trial) keep a loop of five blocks (`threefry2x32_rolled`, the same

@@ -22,7 +22,7 @@ environment, with the mean metrics of both printed side by side. Each cell repor
   steadier than wall clock on a shared machine, and the load average next to every cell.
 
 `--prng_impl` sets JAX's default PRNG implementation for the whole run (threefry is
-JAX's default and the runner's; see docs/benchmarks.md for the measured alternatives),
+JAX's default and the runner's, and the one the figures of docs/benchmarks.md use),
 and `--memory_budget_bytes` is passed to `simulate`. Results go to `--output` as JSON
 and are printed as a Markdown table (docs/benchmarks.md).
 """

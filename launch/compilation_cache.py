@@ -1,6 +1,6 @@
 """The persistent compilation cache of the launch scripts that simulate (sweep, reproduce).
 
-Every run of a launch script traces and compiles its programs again: 2 to 8 s a program
+Every run of a launch script traces and compiles its programs again: 2 to 10 s a policy
 on a 2-core CPU (docs/benchmarks.md), more on an accelerator. JAX's persistent
 compilation cache keeps each compiled program on disk, keyed by the program, its devices,
 XLA's options and the versions of JAX and XLA, and a run loads a program compiled before

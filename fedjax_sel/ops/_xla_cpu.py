@@ -5,7 +5,7 @@ and `lax.top_k`) and picks these functions instead when the program is lowered f
 (`jax.lax.platform_dependent`). They take the same arguments and act on one trial's
 arrays (`f32[N]`); `jax.vmap` adds trial or edge-server axes. None of them sorts, and
 none calls `lax.top_k`: on CPU, XLA's TopK is a single-threaded `std::partial_sort` of
-every row, about 20 us per row at N = 1,000 and k = 100 (docs/benchmarks.md). Instead,
+every row, about 20 us per row at N = 1,000 and k = 100. Instead,
 
 - the k-th largest score is found by a search over the order-preserving integer image
   of the scores (`fedjax_sel.ops.order.order_key`): one pass over the keys brackets it,
@@ -79,7 +79,7 @@ def _packed_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Arr
     The keys are read as R equal rows, R the largest divisor of N up to `_MAX_ROWS`,
     whose packed flags are added row by row (an elementwise loop XLA vectorises)
     before one sum along the row: XLA's CPU backend rewrites a single sum over N into
-    a `reduce-window`, whose loop took as long as the packing (docs/benchmarks.md).
+    a `reduce-window`, whose loop took as long as the packing.
     Padding N to a multiple of R instead costs more than it saves.
     """
     rows = _rows(keys)
@@ -417,7 +417,7 @@ def _bit_words(flags: jax.Array) -> jax.Array:
     (byte i times 2^(21 - 7 i); no two partial products overlap), and the eight
     nibbles of a word are summed: about twice as fast as summing 32 shifted flags, and
     the sum (a reduction) makes XLA store the words rather than recompute them in every
-    consumer (docs/benchmarks.md). The N % 32 flags of a last partial word are summed
+    consumer. The N % 32 flags of a last partial word are summed
     apart: padding the flags to whole words made the packing 4 to 5 times slower.
     """
     n = flags.shape[0]
@@ -482,7 +482,7 @@ def nth_true(flags: jax.Array, rank: jax.Array) -> jax.Array:
 def _unpack(words: jax.Array, n: int) -> jax.Array:
     """bool[n]: bit i of word w (`words`, u32[ceil(n / 32)]) as flag 32 w + i."""
     # The shifts as an iota, not a constant array: XLA's CPU code loads a constant's
-    # entries one by one, and the loop over the flags was left scalar (docs/benchmarks.md).
+    # entries one by one, and the loop over the flags was left scalar.
     bits = words[:, None] >> jnp.arange(32, dtype=jnp.uint32) & 1
     return bits.reshape(-1)[:n] == 1
 

@@ -158,7 +158,7 @@ def least_padded_chunk(bound: int, num_trials: int, num_devices: int = 1) -> int
 # On CPU, the per-client arrays of a chunk stay in cache up to about this many
 # client-trials per device; beyond it, each of a round's many passes over them streams
 # from memory. A single device spreads each operation over every core, and larger
-# operations pay for that better (docs/benchmarks.md: `ucb` at N=1,000 ran 10,000 trials
+# operations pay for that better (`ucb` at N=1,000 ran 10,000 trials
 # 37% faster in chunks of 1,024 than at once); a device per core (`configure_cpu`)
 # runs best with its block in the core's own cache (on a 2-core Xeon at N=1,000 and
 # 10,000, blocks of 128 and 16 trials ran 1.3x and 1.1x as fast as the blocks of 512

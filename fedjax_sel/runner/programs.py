@@ -54,7 +54,7 @@ def metric_layout(env: Env, run_keys: Keys) -> metrics.Layout:
 # programs only (nothing else in the process sees them). On CPU, loops are vectorised
 # with 512-bit registers where the processor has them (AVX-512; elsewhere LLVM keeps the
 # widest the target supports): on an AVX-512 Xeon this made `ucb` rounds 19-26% faster
-# (docs/benchmarks.md). Every chunk and device of a run compiles with the same options,
+# (README, "Speed"). Every chunk and device of a run compiles with the same options,
 # so results stay independent of chunking and device count; against programs compiled
 # without them, a sum of non-integer values over the clients of a trial can round
 # differently in its last bit (XLA's reduction loops add in vector-width order).
