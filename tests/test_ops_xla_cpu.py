@@ -11,11 +11,12 @@ from fedjax_sel.ops import _xla_cpu
 
 
 @pytest.mark.parametrize("traced", [False, True], ids=["static_k", "traced_k"])
-@pytest.mark.parametrize("n", [1, 3, 8, 100, 997, 1000, 1023, 1024, 1500])
+@pytest.mark.parametrize("n", [1, 3, 8, 100, 997, 1000, 1023, 1024, 1031, 1500])
 def test_kth_largest_matches_sorting(n, traced):
     # Counts from packed int32 sums below 1,024 keys (summed in 1, 3, 8, 5, 1, 8 and 3
-    # rows here), from there on from a sum per threshold in this batch of 8 and from an
-    # int8 product in the batch of 16 it is repeated into: all against a sort, on keys with
+    # rows here), from there on from packed sums along blocks of 512, 1,000 (and 31 keys
+    # after them) and 750 keys in this batch of 8 and from an int8 product in the batch
+    # of 64 it is repeated into: all against a sort, on keys with
     # many ties, zeros (ineligible) and the extreme values, in one batch whose members
     # settle after different numbers of passes; brackets over the whole range, with
     # groups of zeros (no lower bound), narrow ones at the top of the range, and one
@@ -35,8 +36,10 @@ def test_kth_largest_matches_sorting(n, traced):
         outlier,
     ]
     keys = np.stack(rows).astype(np.uint32)
-    assert _xla_cpu._counter(len(keys), n) is not _xla_cpu._product_counts
-    assert _xla_cpu._counter(2 * len(keys), n) is (
+    assert _xla_cpu._counter(len(keys), n) is (
+        _xla_cpu._blocked_counts if n >= 1024 else _xla_cpu._packed_counts
+    )
+    assert _xla_cpu._counter(8 * len(keys), n) is (
         _xla_cpu._product_counts if n >= 1024 else _xla_cpu._packed_counts
     )
     stopped_early = 0
@@ -49,15 +52,15 @@ def test_kth_largest_matches_sorting(n, traced):
             kth, count = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(keys)
             single = jax.jit(lambda x, k=k: _xla_cpu._kth_largest(x, k))(keys[0])
         got = list(zip(np.asarray(kth), np.asarray(count), strict=True))
-        # Unbatched, the search runs as a batch of one; repeated, as a batch of 16.
+        # Unbatched, the search runs as a batch of one; repeated, as a batch of 64.
         got[0] = single
-        twice = np.concatenate([keys, keys])
+        repeated = np.concatenate([keys] * 8)
         if traced:
-            kth16, count16 = jax.jit(jax.vmap(search, in_axes=(0, None)))(twice, jnp.int32(k))
+            kth64, count64 = jax.jit(jax.vmap(search, in_axes=(0, None)))(repeated, jnp.int32(k))
         else:
-            kth16, count16 = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(twice)
-        got += list(zip(np.asarray(kth16), np.asarray(count16), strict=True))
-        for row, (got_kth, got_count) in zip(np.concatenate([keys, twice]), got, strict=True):
+            kth64, count64 = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(repeated)
+        got += list(zip(np.asarray(kth64), np.asarray(count64), strict=True))
+        for row, (got_kth, got_count) in zip(np.concatenate([keys, repeated]), got, strict=True):
             ordered = np.sort(row)[::-1]
             want = ordered[k - 1]
             want_count = int(np.sum(row >= want)) if want > 0 else 0
@@ -252,3 +255,73 @@ def test_snap_moves_the_interval_onto_its_least_and_largest_keys():
         got = tuple(int(x) for x in jax.jit(_xla_cpu._snap)(jnp.asarray(row), state))
         want = (inside.min(), inside.max()) if inside.size else (low, high)
         assert got == (int(want[0]), int(want[1]), at_or_above, above), n
+
+
+def _large_rows(rng, n):
+    """Score rows of n clients for the sampled first pass: continuous, tied, sorted
+    either way, heavy-tailed, and one whose sampled places (every n // 4,096-th client)
+    hold the lowest scores, so that the sample points far below the k-th."""
+    stride = n // _xla_cpu._SAMPLE_SIZE
+    aligned = np.where(np.arange(n) % stride == 0, -1.0, rng.random(n))
+    uniform = rng.random(n)
+    return np.stack(
+        [
+            uniform,
+            np.round(rng.random(n) * 20) / 20,
+            np.sort(uniform),
+            np.sort(uniform)[::-1],
+            rng.lognormal(0.0, 3.0, n),
+            aligned,
+        ]
+    ).astype(np.float32)
+
+
+def test_large_n_selections_equal_the_definitions_bit_for_bit():
+    # From 2^16 clients on, the first pass thresholds at order statistics of a sample of
+    # the keys: the search is exact whatever its thresholds, so the top-k masks (a
+    # traced k and a static one) and the k-th keys equal the definitions' on every row,
+    # including the one whose sample misleads, with all or a few clients eligible.
+    from fedjax_sel.ops import order, selection
+
+    n = 70_001
+    assert n >= _xla_cpu._SAMPLE_MIN_KEYS
+    rng = np.random.default_rng(70)
+    scores = jnp.asarray(_large_rows(rng, n))
+    batch = scores.shape[0]
+    top_k = jax.jit(jax.vmap(_xla_cpu.top_k_mask))
+    definition = jax.jit(jax.vmap(selection.portable_top_k_mask))
+    kth = jax.jit(jax.vmap(lambda s, m, k: _xla_cpu.kth_largest_key(order.order_key(s, m), k)))
+    kth_definition = jax.jit(
+        jax.vmap(lambda s, m, k: order.kth_largest_key(order.order_key(s, m), k))
+    )
+    for share in (1.0, 0.01):
+        mask = jnp.asarray(rng.random((batch, n)) < share)
+        for k in (1, 130, 7_000, 69_999):
+            ks = jnp.full((batch,), k, jnp.int32)
+            want = definition(scores, mask, ks)
+            np.testing.assert_array_equal(top_k(scores, mask, ks), want, err_msg=f"{share} {k}")
+            static = jax.jit(jax.vmap(lambda s, m, k=k: _xla_cpu.top_k_mask(s, m, k)))
+            np.testing.assert_array_equal(static(scores, mask), want, err_msg=f"{share} {k}")
+            np.testing.assert_array_equal(
+                kth(scores, mask, ks), kth_definition(scores, mask, ks), err_msg=f"{share} {k}"
+            )
+
+
+@pytest.mark.parametrize("k", [1, 130, 10_000, 200_000])
+def test_first_pass_brackets_the_kth_key_closely_by_a_sample(k):
+    # On 2^18 uniform keys the first pass of a traced k leaves an interval that holds the
+    # k-th key and about 2 (3 sqrt(r) + 1) N / S keys (r = k S / N, S = 4,096 sampled
+    # keys), its counts exact; the thirds of the bracket would leave about N / 3.
+    n, size = 2**18, _xla_cpu._SAMPLE_SIZE
+    rng = np.random.default_rng(k)
+    keys = rng.integers(1, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    counts = _xla_cpu._counter(1, n)
+    first = jax.jit(lambda x: _xla_cpu._first_pass_traced(x, jnp.int32(k), counts))
+    low, high, at_or_above, above = (int(v) for v in first(jnp.asarray(keys)))
+    kth = int(np.sort(keys)[::-1][k - 1])
+    assert low <= kth <= high
+    assert at_or_above == np.sum(keys >= low) and above == np.sum(keys > high)
+    r = k * size / n
+    expected = 2 * (3 * np.sqrt(r) + 1) * n / size
+    # The interval's keys: a sum of the sample's spacings, within a factor of 2 here.
+    assert at_or_above - above <= 2 * expected, (at_or_above - above, expected)

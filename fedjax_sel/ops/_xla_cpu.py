@@ -8,12 +8,12 @@ none calls `lax.top_k`: on CPU, XLA's TopK is a single-threaded `std::partial_so
 every row, about 20 us per row at N = 1,000 and k = 100. Instead,
 
 - the k-th largest score is found by a search over the order-preserving integer image
-  of the scores (`fedjax_sel.ops.order.order_key`): one pass over the keys brackets it,
-  and each later vectorised pass counts the keys at or above three thresholds, keeping
-  a quarter of the bracket (about 11 passes where a search over all 32 bits takes 16),
-  until a threshold has exactly k keys at or above it or the bracket is one key; when
-  tied scores leave its passes splitting no keys, the bracket's ends move onto the
-  keys in it;
+  of the scores (`fedjax_sel.ops.order.order_key`): one pass over the keys brackets it
+  (at large N, closely, by a sample of the keys), and each later vectorised pass counts
+  the keys at or above three thresholds, keeping a quarter of the bracket (about 11
+  passes where a search over all 32 bits takes 16), until a threshold has exactly k keys
+  at or above it or the bracket is one key; when tied scores leave its passes splitting
+  no keys, the bracket's ends move onto the keys in it;
 - ties at the k-th place, and uniform subsets, are resolved by Floyd's algorithm
   (Bentley and Floyd, CACM 1987), which draws a uniformly random r-subset of the ranks
   of the tied clients from r random integers (r <= k) instead of one random number per
@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fedjax_sel.ops import order
 from fedjax_sel.ops.batching import where_needed
 from fedjax_sel.ops.order import order_key
 
@@ -108,27 +109,50 @@ def _product_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Ar
     return [counts[j] for j in range(len(thresholds))]
 
 
-def _summed_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Array]:
-    """The numbers of `keys` (u32[N]) at or above each threshold, one int32 sum each."""
-    return [jnp.sum(keys >= t, dtype=jnp.int32) for t in thresholds]
+def _blocked_counts(keys: jax.Array, thresholds: list[jax.Array]) -> list[jax.Array]:
+    """The numbers of `keys` (u32[N], N >= 2^10) at or above each of three thresholds:
+    the keys read as rows of C < 2^10 (the largest divisor of N from 512 to 1,023, else
+    1,000, the last N % 1,000 keys counted apart by `_packed_counts`), each row's flags
+    packed into 10-bit fields as in `_packed_counts` and summed along the row, then each
+    field summed over the rows.
+
+    A sum over all N keys XLA's CPU backend runs as a `reduce-window` over flags it
+    first stores, 4 bytes a key and threshold; summed along rows shorter than 2^10, the
+    packed flags are never stored.
+    """
+    n = keys.shape[-1]
+    width = max((d for d in range(512, 1 << _FIELD_BITS) if n % d == 0), default=1000)
+    rows = keys[: n - n % width].reshape(-1, width)
+    packed = sum(
+        (rows >= t).astype(jnp.int32) << (j * _FIELD_BITS) for j, t in enumerate(thresholds)
+    )
+    per_row = jnp.sum(packed, axis=1)
+    field = jnp.int32((1 << _FIELD_BITS) - 1)
+    counts = [jnp.sum((per_row >> (j * _FIELD_BITS)) & field) for j in range(len(thresholds))]
+    if n % width:
+        rest = _packed_counts(keys[n - n % width :], thresholds)
+        counts = [a + b for a, b in zip(counts, rest, strict=True)]
+    return counts
 
 
 # From this many rows on, the search counts by an int8 matrix product (`_counter`).
-_PRODUCT_MIN_ROWS = 16
+_PRODUCT_MIN_ROWS = 64
 
 
 def _counter(rows: int, n: int) -> Callable:
     """How `_kth_largest` counts keys at its thresholds in `rows` rows of `n` keys: packed
-    sums below 2^10 keys (`_packed_counts`); beyond, an int8 matrix product
-    (`_product_counts`) from `_PRODUCT_MIN_ROWS` rows on, a sum per threshold below.
+    sums below 2^10 keys (`_packed_counts`); beyond, packed sums along blocks of fewer
+    than 2^10 keys (`_blocked_counts`), or an int8 matrix product (`_product_counts`)
+    from `_PRODUCT_MIN_ROWS` rows on.
 
-    Measured per row at k = 130 (docs/benchmarks.md): the product beats the sums from
-    about 16 rows of 10^5 keys, and at 1 to 2 rows of 10^6 keys (one or two trials a
-    device) it took 10 to 22 ms against 2 to 5 ms, its matrix too thin for the library.
+    Three thresholds, on the Xeon (ms a batch, the blocks then the product, then a sum
+    per threshold): 1 row of 10^6 keys 0.39, 3.8, 1.0; 16 rows of 10^5 0.59, 0.91, 1.41;
+    16 rows of 10^4 0.09, 0.18, 0.26; 64 rows of 10^4 0.35, 0.34; 128 rows of 10^4 0.69,
+    0.57.
     """
     if n < 2**_FIELD_BITS:
         return _packed_counts
-    return _product_counts if rows >= _PRODUCT_MIN_ROWS else _summed_counts
+    return _product_counts if rows >= _PRODUCT_MIN_ROWS else _blocked_counts
 
 
 def _fold(op: Callable, x: jax.Array) -> jax.Array:
@@ -195,7 +219,9 @@ def _kth_largest(keys: jax.Array, k) -> tuple[jax.Array, jax.Array]:
       it (`_first_pass`). A traced k cannot shape the groups, and `low` is then the
       least positive key (`_first_pass_traced`);
     - the first pass counts the keys at or above `low` (so that the count of the
-      answer is known) and at two points that cut the rest in thirds; each later pass
+      answer is known) and at two points that cut the rest in thirds, or, from
+      `_SAMPLE_MIN_KEYS` keys on, at two order statistics of a sample of the keys that
+      bracket the k-th closely (`_sampled_offsets`); each later pass
       counts at the three points `low + j * ceil(width / 4)` and keeps the highest with
       at least k keys, which leaves a quarter of the interval;
     - when two passes leave the same keys in an interval that is still open, the keys in
@@ -212,8 +238,9 @@ def _kth_largest(keys: jax.Array, k) -> tuple[jax.Array, jax.Array]:
     at N = 1,000 and 27 to 30% at N = 10,000 (docs/benchmarks.md).
 
     The counts come from one int32 sum of packed flags below 2^10 keys
-    (`_packed_counts`), beyond from an int8 matrix product in batches of 16 or more
-    (`_product_counts`) and from a sum per threshold in smaller ones (`_counter`). The
+    (`_packed_counts`), beyond from packed sums along blocks of the keys
+    (`_blocked_counts`), or an int8 matrix product in batches of 64 or more
+    (`_product_counts`; `_counter`). The
     search is exact whatever the bracket; a narrow bracket only saves passes: without
     the two rules above, about 11 for the indices of `ucb` at N = 100, 1,000 and 10,000,
     where a search over all 32 bits takes 16 (docs/benchmarks.md).
@@ -279,13 +306,51 @@ def _first_pass(keys: jax.Array, k: int, counts: Callable) -> _Interval:
     return _pass_in_bracket(keys, k, low, high, counts)
 
 
+# From this many keys on, the first pass places its inner thresholds by a sample of
+# `_SAMPLE_SIZE` keys (`_sampled_offsets`) instead of at the thirds of the bracket.
+_SAMPLE_MIN_KEYS = 2**16
+_SAMPLE_SIZE = 2**12
+
+
 def _pass_in_bracket(keys: jax.Array, k, low, high, counts: Callable) -> _Interval:
     """The first pass of `_kth_largest` in the bracket `[low, high]` (`high` the largest
     key): at `low` itself (with either bracket, rejected only when fewer than k keys are
-    positive), then at the thirds of the bracket."""
-    third = (high - low) // 3 + 1
+    positive), then at the thirds of the bracket, or from `_SAMPLE_MIN_KEYS` keys on at
+    two order statistics of a sample of them (`_sampled_offsets`)."""
+    if keys.shape[-1] >= _SAMPLE_MIN_KEYS:
+        inner = _sampled_offsets(keys, k, low, high)
+    else:
+        third = (high - low) // 3 + 1
+        inner = [third, 2 * third]
     state = _Interval(low, high, jnp.int32(0), jnp.int32(0))
-    return _search_pass(keys, k, state, [jnp.uint32(0), third, 2 * third], counts)
+    return _search_pass(keys, k, state, [jnp.uint32(0), *inner], counts)
+
+
+def _sampled_offsets(keys: jax.Array, k, low, high) -> list[jax.Array]:
+    """Two offsets from `low` that bracket the k-th largest of u32[N] `keys` closely with
+    high probability: the order statistics of `_SAMPLE_SIZE` evenly spaced keys (a sample
+    of S out of N) at ranks r + d and r - d, r = k S / N and d = 3 sqrt(r) + 1.
+
+    Among the S sampled keys, about Binomial(S, k / N) are at or above the k-th largest,
+    a count within three standard deviations (at most sqrt(r)) of r but rarely: the
+    first pass then leaves an interval of about 6 sqrt(r) N / S keys instead of a third
+    of the bracket, and the passes that quarter it down to one key take 2 to 3 fewer
+    for every factor of 100 in N. The search is exact whatever its thresholds, so a
+    sample that misses (keys ordered against the spacing) costs passes, not exactness.
+    The sample's order statistics take 32 counting passes over its S keys
+    (`order.kth_largest_key`), no sort.
+    """
+    n = keys.shape[-1]
+    stride = n // _SAMPLE_SIZE
+    sample = keys[: stride * _SAMPLE_SIZE : stride]
+    r = jnp.asarray(k, jnp.float32) * (_SAMPLE_SIZE / n)
+    d = 3.0 * jnp.sqrt(r) + 1.0
+    ranks = jnp.stack([jnp.ceil(r + d), jnp.floor(r - d)])
+    # Rank 0 is the all-ones key (above every key), a rank past the positive keys 0:
+    # the offsets are clipped into the bracket either way.
+    ranks = jnp.clip(ranks, 0, _SAMPLE_SIZE).astype(jnp.int32)
+    below, above = jax.vmap(order.kth_largest_key, in_axes=(None, 0))(sample, ranks)
+    return [jnp.maximum(t, low) - low for t in (below, jnp.minimum(above, high))]
 
 
 def _first_pass_traced(keys: jax.Array, k: jax.Array, counts: Callable) -> _Interval:
