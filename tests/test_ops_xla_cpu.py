@@ -280,7 +280,8 @@ def test_large_n_selections_equal_the_definitions_bit_for_bit():
     # From 2^16 clients on, the first pass thresholds at order statistics of a sample of
     # the keys: the search is exact whatever its thresholds, so the top-k masks (a
     # traced k and a static one) and the k-th keys equal the definitions' on every row,
-    # including the one whose sample misleads, with all or a few clients eligible.
+    # including the one whose sample misleads, with all, a few or no clients eligible
+    # and k from 0 (a traced k) to N.
     from fedjax_sel.ops import order, selection
 
     n = 70_001
@@ -294,14 +295,15 @@ def test_large_n_selections_equal_the_definitions_bit_for_bit():
     kth_definition = jax.jit(
         jax.vmap(lambda s, m, k: order.kth_largest_key(order.order_key(s, m), k))
     )
-    for share in (1.0, 0.01):
+    for share in (1.0, 0.01, 0.0):
         mask = jnp.asarray(rng.random((batch, n)) < share)
-        for k in (1, 130, 7_000, 69_999):
+        for k in (0, 1, 130, 7_000, n):
             ks = jnp.full((batch,), k, jnp.int32)
             want = definition(scores, mask, ks)
             np.testing.assert_array_equal(top_k(scores, mask, ks), want, err_msg=f"{share} {k}")
-            static = jax.jit(jax.vmap(lambda s, m, k=k: _xla_cpu.top_k_mask(s, m, k)))
-            np.testing.assert_array_equal(static(scores, mask), want, err_msg=f"{share} {k}")
+            if k > 0:
+                static = jax.jit(jax.vmap(lambda s, m, k=k: _xla_cpu.top_k_mask(s, m, k)))
+                np.testing.assert_array_equal(static(scores, mask), want, err_msg=f"{share} {k}")
             np.testing.assert_array_equal(
                 kth(scores, mask, ks), kth_definition(scores, mask, ks), err_msg=f"{share} {k}"
             )
