@@ -311,7 +311,8 @@ def _first_pass(keys: jax.Array, k: int, counts: Callable) -> _Interval:
 
 
 # From this many keys on, the first pass places its inner thresholds by a sample of
-# `_SAMPLE_SIZE` keys (`_sampled_offsets`) instead of at the thirds of the bracket.
+# `_SAMPLE_SIZE` keys (`_sampled_offsets`) instead of at the thirds of the bracket; at
+# N = 1,000, a sample of 64 keys cost more than it saved (docs/benchmarks.md).
 _SAMPLE_MIN_KEYS = 2**16
 _SAMPLE_SIZE = 2**12
 
