@@ -66,11 +66,13 @@ def _reset_peak() -> None:
         pass
 
 
-def compile_afresh() -> None:
-    """Turns JAX's persistent compilation cache off for this process, so that the
-    compile seconds of `measure` are of compiling, not of loading a program compiled by
-    an earlier run (`JAX_COMPILATION_CACHE_DIR`, the launch scripts' cache:
-    launch/compilation_cache.py). Call it before anything compiles."""
+def configure() -> None:
+    """The benchmark scripts' process: `fedjax_sel.configure_cpu()`, and JAX's persistent
+    compilation cache off, so that the compile seconds of `measure` are of compiling,
+    not of loading a program compiled by an earlier run (`JAX_COMPILATION_CACHE_DIR`,
+    the launch scripts' cache: launch/compilation_cache.py). Call it before anything
+    compiles."""
+    fedjax_sel.configure_cpu()
     jax.config.update("jax_enable_compilation_cache", False)
 
 

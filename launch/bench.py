@@ -36,7 +36,6 @@ import sys
 import jax
 from absl import app, flags
 
-import fedjax_sel
 from experiments import bench, references
 from experiments.references import stationary
 from fedjax_sel import validation
@@ -110,8 +109,7 @@ def _sizes(flag: str, values: list[str]) -> list[int]:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    fedjax_sel.configure_cpu()
-    bench.compile_afresh()
+    bench.configure()
     f = flags.FLAGS
     try:
         num_clients = _sizes("num_clients", f.num_clients)

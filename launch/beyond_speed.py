@@ -18,7 +18,6 @@ import json
 
 from absl import app, flags
 
-import fedjax_sel
 from experiments import bench
 from experiments.references import beyond
 
@@ -38,8 +37,7 @@ _CHUNK = flags.DEFINE_integer(
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    fedjax_sel.configure_cpu()
-    bench.compile_afresh()
+    bench.configure()
     try:
         numbers = bench.beyond_speed(
             _POLICY.value,

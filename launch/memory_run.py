@@ -18,7 +18,6 @@ import os
 from absl import app, flags
 
 import bandits
-import fedjax_sel
 from experiments import bench
 from fedjax_sel import validation
 
@@ -47,8 +46,7 @@ def main(argv):
             validation.output_dir("--checkpoint_dir", _CHECKPOINT_DIR.value)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
-    fedjax_sel.configure_cpu()
-    bench.compile_afresh()
+    bench.configure()
     try:
         report = bench.memory_run(
             _POLICY.value,

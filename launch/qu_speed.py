@@ -15,7 +15,6 @@ import json
 
 from absl import app, flags
 
-import fedjax_sel
 from experiments import bench
 
 _NUM_TRIALS = flags.DEFINE_integer("num_trials", 8, "Trials of the jitted run.", lower_bound=1)
@@ -28,8 +27,7 @@ _CHUNK = flags.DEFINE_integer(
 
 def main(argv):
     del argv
-    fedjax_sel.configure_cpu()
-    bench.compile_afresh()
+    bench.configure()
     numbers = bench.qu_speed(
         _NUM_TRIALS.value, _NUM_ROUNDS.value, _NUMPY_TRIALS.value, _CHUNK.value
     )

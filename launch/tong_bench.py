@@ -21,7 +21,6 @@ import os
 from absl import app, flags
 
 import bandits
-import fedjax_sel
 from experiments import bench
 from experiments.reproductions import tong, tong_training
 from experiments.tong_trials import run_trials
@@ -43,8 +42,7 @@ def _timed(selector, env, t, m) -> dict:
 
 def main(argv):
     del argv
-    fedjax_sel.configure_cpu()
-    bench.compile_afresh()
+    bench.configure()
     n, k, t, m = _N.value, _K.value, _T.value, _M.value
     record = {"env": _ENV.value, "num_clients": n, "num_selected": k}
     record.update(num_rounds=t, num_trials=m)

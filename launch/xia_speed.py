@@ -15,7 +15,6 @@ import json
 
 from absl import app, flags
 
-import fedjax_sel
 from experiments import bench
 from fedjax_sel.envs.wireless_latency import PRESETS
 
@@ -31,8 +30,7 @@ _PRESET = flags.DEFINE_enum("preset", "literal", sorted(PRESETS), "Deadline pres
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    fedjax_sel.configure_cpu()
-    bench.compile_afresh()
+    bench.configure()
     try:
         numbers = bench.xia_speed(
             _NUM_TRIALS.value, _NUM_ROUNDS.value, _PRESET.value, _CHUNK.value, _NUMPY_TRIALS.value
