@@ -31,8 +31,10 @@ is a uniformly random permutation, spec A11), then eq. (11).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 from typing import NamedTuple
 
 import chex
@@ -125,10 +127,7 @@ def _members_mean(value: chex.Array, members: chex.Array) -> chex.Array:
         )
         for j in range(members.shape[1])
     )
-    total = next(columns)
-    for column in columns:
-        total = total + column
-    return total * np.float32(1.0 / members.shape[1])
+    return functools.reduce(operator.add, columns) * np.float32(1.0 / members.shape[1])
 
 
 def _mask(members: chex.Array, num_clients: int) -> chex.Array:
