@@ -2,7 +2,8 @@
 
 The logic of `launch/bench.py`, `launch/memory_run.py` and `launch/xia_speed.py` (see
 their docstrings), importable without flags. `measure` times a call (wall, CPU and
-compile seconds, from JAX's own compile events) and its peak resident memory;
+compile seconds, from JAX's own compile events: the wall time covered by their spans)
+and its peak resident memory;
 `run_suite` measures every (policy, N, M) cell of a grid against the policy's NumPy
 reference (`experiments.references`): the stationary policies at every N of the grid,
 the papers' policies (`references.PAPER`) at their papers' N.
@@ -31,17 +32,31 @@ from fedjax_sel.envs.wireless_latency import PRESETS
 
 _COMPILE_EVENTS = "/jax/core/compile/"
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
-# Seconds spent tracing, lowering and compiling, and the number of XLA compilations.
-_compile_seconds = [0.0]
+# The (start, end) wall times of JAX's tracing, lowering and compiling, each span ending
+# as its event is reported, and the number of XLA compilations.
+_compile_spans: list[tuple[float, float]] = []
 _backend_compiles = [0]
 
 
 def _on_duration(event: str, duration: float, **kwargs) -> None:
     del kwargs
     if event.startswith(_COMPILE_EVENTS):
-        _compile_seconds[0] += duration
+        end = time.perf_counter()
+        _compile_spans.append((end - duration, end))
     if event == _BACKEND_COMPILE:
         _backend_compiles[0] += 1
+
+
+def covered_seconds(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of the (start, end) `spans`: the wall time during which
+    at least one was under way. The runner compiles a policy's programs on threads of
+    their own (`runner.programs.compile_programs`), so their spans overlap, and their
+    sum would count the overlap twice."""
+    covered, reach = 0.0, -math.inf
+    for start, end in sorted(spans):
+        covered += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    return covered
 
 
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
@@ -80,7 +95,7 @@ def measure(fn: Callable[[], Any]) -> dict[str, float | None]:
     """Runs `fn` once: wall, CPU (all threads) and compile seconds, peak and added RSS."""
     _reset_peak()
     before = _status_kb("VmRSS")
-    compiled, compiles = _compile_seconds[0], _backend_compiles[0]
+    spans, compiles = len(_compile_spans), _backend_compiles[0]
     start, cpu = time.perf_counter(), time.process_time()
     fn()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -88,7 +103,7 @@ def measure(fn: Callable[[], Any]) -> dict[str, float | None]:
     return {
         "wall_s": wall,
         "cpu_s": cpu,
-        "compile_s": _compile_seconds[0] - compiled,
+        "compile_s": covered_seconds(_compile_spans[spans:]),
         "xla_compilations": _backend_compiles[0] - compiles,
         "peak_rss_bytes": peak,
         "added_rss_bytes": None if peak is None or before is None else peak - before,

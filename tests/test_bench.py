@@ -30,6 +30,20 @@ def _run_module(args, **variables):
     )
 
 
+@pytest.mark.parametrize(
+    "spans, covered",
+    [
+        ([], 0.0),
+        ([(0.0, 2.0)], 2.0),
+        # Overlapping, nested, touching and apart, in any order.
+        ([(5.0, 6.0), (0.0, 2.0), (1.0, 3.0), (5.25, 5.75), (3.0, 3.5)], 4.5),
+        ([(0.0, 10.0), (1.0, 2.0), (9.0, 11.0)], 11.0),
+    ],
+)
+def test_compile_seconds_count_overlapping_spans_once(spans, covered):
+    assert bench.covered_seconds(spans) == covered
+
+
 def test_run_suite_cells_and_table():
     results = bench.run_suite(
         policies=["random", "round_robin"],

@@ -608,6 +608,40 @@ def test_parameters_are_an_argument_of_the_compiled_programs():
     )
 
 
+def test_every_program_compiles_once_before_the_first_chunk_runs(monkeypatch):
+    # `compile_programs` lowers each program as its calls do: no chunk, and not the
+    # shorter last call of the rounds (5 = 2 + 2 + 1), compiles again when it runs.
+    events = []
+
+    def on_event(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            events.append(kwargs.get("fun_name"))
+
+    compile_programs = programs.compile_programs
+    monkeypatch.setattr(
+        programs,
+        "compile_programs",
+        lambda *args: (compile_programs(*args), events.append("compiled")),
+    )
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        fedjax_sel.simulate(
+            bandits.ucb(N, K), _env(), 5, 8, trials_per_chunk=4, rounds_per_chunk=2, progress=None
+        )
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
+    programs_ = ("jit(init_carry)", "jit(run_rounds)", "jit(finish)")
+    marker = events.index("compiled")
+    before = [e for e in events[:marker] if e in programs_]
+    assert sorted(before) == [
+        "jit(finish)",
+        "jit(init_carry)",
+        "jit(run_rounds)",
+        "jit(run_rounds)",
+    ]
+    assert not [e for e in events[marker:] if e in programs_]
+
+
 @pytest.mark.parametrize(
     "decide, message",
     [

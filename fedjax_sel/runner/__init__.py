@@ -425,6 +425,19 @@ def _run_policy(name, policy_programs, plan: _Plan, file, progress) -> checkpoin
         if behind:
             _join(name, state, plan)
             save()
+    # What the chunks left will call compiles first, at once (a chunk already joined
+    # calls nothing more): `run_rounds` from round 1, or from where a chunk stopped, in
+    # calls of `rounds_per_chunk` rounds but a chunk's last, which may be shorter.
+    first = state.chunk + (state.joined is not None)
+    if first < num_chunks:
+        starts = {1} if state.joined is not None else {1, state.next_round}
+        step, last = plan.rounds_per_chunk, plan.num_rounds
+        lengths = {min(step, last - t + 1) for t in starts}
+        lengths |= {(last - t) % step + 1 for t in starts}
+        trial_ids, valid = _chunk_trials(plan, first)
+        programs.compile_programs(
+            policy_programs, plan.keys, plan.env.params, trial_ids, valid, lengths, last
+        )
     while state.chunk < num_chunks:
         if state.joined is None:
             local = _run_chunk(
@@ -443,6 +456,17 @@ def _run_policy(name, policy_programs, plan: _Plan, file, progress) -> checkpoin
     return state
 
 
+def _chunk_trials(plan: _Plan, chunk: int) -> tuple[jax.Array, jax.Array]:
+    """This process's trial ids of chunk `chunk` (int32[local_trials], split over its
+    devices) and which of them are trials of the run, not padding (bool, the same)."""
+    sharded = NamedSharding(plan.mesh, PartitionSpec("trials"))
+    start = chunk * plan.chunk
+    first = start + plan.group.index * plan.local_trials
+    ids = np.arange(first, first + plan.local_trials)
+    valid = ids < min(start + plan.chunk, plan.num_trials)
+    return jax.device_put(ids.astype(np.int32), sharded), jax.device_put(valid, sharded)
+
+
 def _run_chunk(state, programs_, plan: _Plan, file, save, name, progress) -> list[np.ndarray]:
     """Runs this process's trials of the chunk `state.chunk` from where `state` stands
     (a carry saved in the checkpoint `file`, a (path, identity) pair, where it stopped
@@ -454,16 +478,12 @@ def _run_chunk(state, programs_, plan: _Plan, file, save, name, progress) -> lis
     # The environment's parameters are an argument of the programs, not constants in them.
     keys, params, chunk = plan.keys, plan.env.params, plan.chunk
     num_rounds, num_trials = plan.num_rounds, plan.num_trials
-    sharded = NamedSharding(plan.mesh, PartitionSpec("trials"))
     start = state.chunk * chunk
-    first = start + plan.group.index * plan.local_trials
-    ids = np.arange(first, first + plan.local_trials)
-    trial_ids = jax.device_put(ids.astype(np.int32), sharded)
-    valid = jax.device_put(ids < min(start + chunk, num_trials), sharded)
+    trial_ids, valid = _chunk_trials(plan, state.chunk)
     if state.carry_leaves is not None:
         shapes = jax.eval_shape(init_carry, keys, params, trial_ids)
         carry = checkpoints.saved_carry(state.carry_leaves, shapes, *file)
-        carry = jax.device_put(carry, sharded)
+        carry = jax.device_put(carry, trial_ids.sharding)
     else:
         carry = init_carry(keys, params, trial_ids)
         state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2, 2), np.float32)

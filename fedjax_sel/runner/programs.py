@@ -11,6 +11,7 @@ and availability, and two copies of one policy give identical numbers.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import sys
@@ -89,6 +90,35 @@ def checked_programs(name, run_keys, num_trials, env, selector, *settings):
             jax.ShapeDtypeStruct((1,), jnp.int32),
         )
     return program
+
+
+def compile_programs(programs_, run_keys, params, trial_ids, valid, lengths, num_rounds) -> None:
+    """Compiles a policy's programs (`build_programs`) for the arguments of a chunk's calls,
+    at once: `init_carry`, `run_rounds` for each number of rounds in `lengths` (a set of
+    ints), and `finish`, so that the calls find their executables in JAX's caches.
+
+    The programs are traced and lowered in turn (Python, holding the GIL), then compiled
+    each on a thread of its own (XLA releases the GIL): `run_rounds`'s compilation keeps
+    about 1.4 of 2 cores busy, and the others' fill the rest (docs/benchmarks.md,
+    "Compilation"). The carry's shapes come from `init_carry`'s trace, laid out as its
+    calls return it (split over the mesh's "trials" axis), so that each lowering is the
+    one its calls would make.
+    """
+    init_carry, run_rounds, finish = programs_
+    split = trial_ids.sharding
+    carry = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=split),
+        jax.eval_shape(init_carry, run_keys, params, trial_ids),
+    )
+    rounds = [jnp.arange(1, 1 + length, dtype=jnp.int32) for length in sorted(lengths)]
+    lowered = [
+        *(run_rounds.lower(carry, run_keys, params, trial_ids, valid, r) for r in rounds),
+        init_carry.lower(run_keys, params, trial_ids),
+        finish.lower(carry, valid, jnp.float32(num_rounds)),
+    ]
+    with concurrent.futures.ThreadPoolExecutor(len(lowered)) as pool:
+        for compiled in [pool.submit(program.compile) for program in lowered]:
+            compiled.result()
 
 
 @contextlib.contextmanager
