@@ -426,14 +426,12 @@ def _run_policy(name, policy_programs, plan: _Plan, file, progress) -> checkpoin
             _join(name, state, plan)
             save()
     # What the chunks left will call compiles first, at once (a chunk already joined
-    # calls nothing more): `run_rounds` from round 1, or from where a chunk stopped, in
-    # calls of `rounds_per_chunk` rounds but a chunk's last, which may be shorter.
+    # calls nothing more): `run_rounds` from round 1, or from where a chunk stopped.
     first = state.chunk + (state.joined is not None)
     if first < num_chunks:
         starts = {1} if state.joined is not None else {1, state.next_round}
         step, last = plan.rounds_per_chunk, plan.num_rounds
-        lengths = {min(step, last - t + 1) for t in starts}
-        lengths |= {(last - t) % step + 1 for t in starts}
+        lengths = {_call_rounds(plan, t) for s in starts for t in range(s, last + 1, step)}
         trial_ids, valid = _chunk_trials(plan, first)
         programs.compile_programs(
             policy_programs, plan.keys, plan.env.params, trial_ids, valid, lengths, last
@@ -467,6 +465,12 @@ def _chunk_trials(plan: _Plan, chunk: int) -> tuple[jax.Array, jax.Array]:
     return jax.device_put(ids.astype(np.int32), sharded), jax.device_put(valid, sharded)
 
 
+def _call_rounds(plan: _Plan, first_round: int) -> int:
+    """The rounds of the `run_rounds` call that starts at round `first_round`:
+    `rounds_per_chunk`, or fewer at the end."""
+    return min(plan.rounds_per_chunk, plan.num_rounds - first_round + 1)
+
+
 def _run_chunk(state, programs_, plan: _Plan, file, save, name, progress) -> list[np.ndarray]:
     """Runs this process's trials of the chunk `state.chunk` from where `state` stands
     (a carry saved in the checkpoint `file`, a (path, identity) pair, where it stopped
@@ -489,7 +493,7 @@ def _run_chunk(state, programs_, plan: _Plan, file, save, name, progress) -> lis
         state.curve = np.zeros((num_rounds, len(plan.layout.curves), 2, 2), np.float32)
     while state.next_round <= num_rounds:
         t0 = state.next_round
-        length = min(plan.rounds_per_chunk, num_rounds - t0 + 1)
+        length = _call_rounds(plan, t0)
         rounds = jnp.arange(t0, t0 + length, dtype=jnp.int32)
         carry, sums = run_rounds(carry, keys, params, trial_ids, valid, rounds)
         state.curve[t0 - 1 : t0 - 1 + length] = tree_sum(np.asarray(sums), double.add)
