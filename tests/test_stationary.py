@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_sel import envs
+from fedjax_sel import envs, ops
 from fedjax_sel.types import Decision
 
 MEANS = np.array([0.2, 0.7, 0.5, 0.9], np.float32)
@@ -74,6 +74,22 @@ def test_stats_are_the_sums_of_means():
     assert float(stats.expected_reward) == pytest.approx(0.7)
     assert float(stats.oracle_reward) == pytest.approx(1.6)
     assert float(stats.reward) == float(np.sum(np.asarray(fb.reward)[[0, 2]]))
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 6, 9])
+def test_full_oracle_equals_the_rounds_search_under_ties(k):
+    # Ties at and across the k-th place go to the lower index (brute force), and reset's
+    # cohort is the one `ops.top_k_mask` gives the rounds' oracle.
+    means = np.array([0.5, 0.9, 0.5, 0.1, 0.9, 0.5, 0.0, 0.5, 0.9], np.float32)
+    env = envs.bernoulli(9, k, means=means)
+    state = jax.jit(env.reset)(jax.random.PRNGKey(0))
+    top = jax.jit(ops.top_k_mask, static_argnums=2)(jnp.asarray(means), jnp.ones(9, bool), k)
+    want = np.zeros(9, bool)
+    want[np.lexsort((np.arange(9), -means))[:k]] = True
+    np.testing.assert_array_equal(state.full_oracle, want)
+    np.testing.assert_array_equal(state.full_oracle, top)
+    np.testing.assert_array_equal(state.full_oracle_indices, np.flatnonzero(want))
+    assert float(state.full_oracle_reward) == float(np.sum(means[want]))
 
 
 def test_means_drawn_per_trial_lie_in_range():
