@@ -42,24 +42,27 @@ def test_kth_largest_matches_sorting(n, traced):
     assert _xla_cpu._counter(8 * len(keys), n) is (
         _xla_cpu._product_counts if n >= 1024 else _xla_cpu._packed_counts
     )
+    # A traced k is an argument: one program of each batch for every k.
+    search = lambda x, k: _xla_cpu._kth_largest(x, k)
+    traced_batch = jax.jit(jax.vmap(search, in_axes=(0, None)))
+    traced_single = jax.jit(search)
     stopped_early = 0
     for k in sorted({1, max(1, n // 10), (n + 1) // 2, n}):
         if traced:
-            search = lambda x, k: _xla_cpu._kth_largest(x, k)
-            kth, count = jax.jit(jax.vmap(search, in_axes=(0, None)))(keys, jnp.int32(k))
-            single = jax.jit(search)(keys[0], jnp.int32(k))
+            batch = lambda x, k=k: traced_batch(x, jnp.int32(k))
+            single = traced_single(keys[0], jnp.int32(k))
         else:
-            kth, count = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(keys)
+            batch = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))
             single = jax.jit(lambda x, k=k: _xla_cpu._kth_largest(x, k))(keys[0])
+        kth, count = batch(keys)
         got = list(zip(np.asarray(kth), np.asarray(count), strict=True))
-        # Unbatched, the search runs as a batch of one; repeated, as a batch of 64.
+        # Unbatched, the search runs as a batch of one; repeated into a batch of 64 from
+        # 1,024 keys on, as an int8 product (below, the packed sums of the batch of 8).
         got[0] = single
-        repeated = np.concatenate([keys] * 8)
-        if traced:
-            kth64, count64 = jax.jit(jax.vmap(search, in_axes=(0, None)))(repeated, jnp.int32(k))
-        else:
-            kth64, count64 = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(repeated)
-        got += list(zip(np.asarray(kth64), np.asarray(count64), strict=True))
+        repeated = np.concatenate([keys] * 8) if n >= 1024 else keys[:0]
+        if n >= 1024:
+            kth64, count64 = batch(repeated)
+            got += list(zip(np.asarray(kth64), np.asarray(count64), strict=True))
         for row, (got_kth, got_count) in zip(np.concatenate([keys, repeated]), got, strict=True):
             ordered = np.sort(row)[::-1]
             want = ordered[k - 1]
