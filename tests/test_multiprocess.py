@@ -33,6 +33,19 @@ RUN = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _shared_compilation_cache(tmp_path_factory):
+    """The workers' programs in a persistent compilation cache of this module's runs: a
+    later run of the same programs (a resumed run, the next test's) loads the executables
+    process 0 stored (JAX's rule) in place of compiling them again; the results are the
+    same bit for bit, and the tests compare them with one process's run."""
+    cache = tmp_path_factory.mktemp("compilation_cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
+        patch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        yield
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
