@@ -14,7 +14,7 @@ and a count of 1 (spec A8), so that the UCB phase starts at t = G + 1.
 
 Two forms give the same distribution of selections:
 
-- "dense" keeps every arm's sum and count (f32[A] each, A = C(N, K)): N <= 40 or so;
+- "dense" keeps every arm's sum, count and mean (f32[A] each, A = C(N, K)): N <= 40 or so;
 - "compressed" (spec §3.1, §8.2) keeps what is exact under the pseudo-initialisation:
   arms never played since the cold start share their value with every arm of the same
   composition (how many members each group gives), so it keeps, per composition, its
@@ -149,7 +149,7 @@ def _arm_table(n: int, k: int, max_arms: int, hint: str) -> np.ndarray:
     if arms > max_arms:
         raise ValueError(
             f"num_clients={n}, num_selected={k} give C({n},{k}) = {arms:,} super-arms, above "
-            f"the dense form's max_arms={max_arms:,} (two f32 per arm per trial); {hint}"
+            f"the dense form's max_arms={max_arms:,} (three f32 per arm per trial); {hint}"
         )
     return np.asarray(list(itertools.combinations(range(n), k)), np.int32)
 
@@ -166,6 +166,8 @@ class SuperArmState(NamedTuple):
       sums: f32[A], each arm's reward sum (its pseudo-sample included; Quick-Init
         pseudo-initialises it as slot N/K + 1 is selected).
       counts: f32[A], Pi_{t,a}, each arm's count (the pseudo-sample counted once).
+      means: f32[A], `sums / max(counts, 1)`, each arm's mean reward, divided again for
+        the arm played alone (one arm's sum and count change a slot).
     """
 
     t: chex.Array
@@ -175,6 +177,7 @@ class SuperArmState(NamedTuple):
     value_count: chex.Array
     sums: chex.Array
     counts: chex.Array
+    means: chex.Array
 
 
 def _dense(n, k, mu, tol, members, groups_count, quick_init, policy) -> Selector:
@@ -193,13 +196,14 @@ def _dense(n, k, mu, tol, members, groups_count, quick_init, policy) -> Selector
             value_count=jnp.zeros((n,), jnp.float32),
             sums=jnp.zeros((num_arms,), jnp.float32),
             counts=jnp.zeros((num_arms,), jnp.float32),
+            means=jnp.zeros((num_arms,), jnp.float32),
         )
 
     def pseudo_init(state):
         # Alg. 1 line 3 (spec A8): every arm the mean of its members' values, count 1.
         value = state.value_sum / jnp.maximum(state.value_count, 1.0)
         sums = _members_mean(value, members)
-        return state._replace(sums=sums, counts=jnp.ones_like(state.counts))
+        return state._replace(sums=sums, counts=jnp.ones_like(state.counts), means=sums)
 
     def select(state, inp, key):
         t = inp.t.astype(jnp.int32)
@@ -208,7 +212,7 @@ def _dense(n, k, mu, tol, members, groups_count, quick_init, policy) -> Selector
             state = lax.cond(t == cold_slots + 1, pseudo_init, lambda s: s, state)
         counts = jnp.maximum(state.counts, 1.0)
         bonus = mu * jnp.sqrt(jnp.log(jnp.maximum(t, 1).astype(jnp.float32)) / counts)
-        index = jnp.where(state.counts > 0, state.sums / counts + bonus, jnp.inf)  # eq. (11)
+        index = jnp.where(state.counts > 0, state.means + bonus, jnp.inf)  # eq. (11)
         arm = tied_argmax(index, tol, key)
         cold = t <= cold_slots
         group = state.groups[jnp.clip(t - 1, 0, groups_count - 1)]
@@ -225,8 +229,12 @@ def _dense(n, k, mu, tol, members, groups_count, quick_init, policy) -> Selector
         value_count = state.value_count.at[group].add(jnp.where(cold, 1.0, 0.0))
         sums = state.sums.at[state.arm].add(reward, mode="drop")
         counts = state.counts.at[state.arm].add(1.0, mode="drop")
+        # The played arm's mean, the division `select` would make of its sum and count.
+        arm = jnp.minimum(state.arm, num_arms - 1)
+        mean = sums[arm] / jnp.maximum(counts[arm], 1.0)
+        means = state.means.at[state.arm].set(mean, mode="drop")
         return state._replace(
-            value_sum=value_sum, value_count=value_count, sums=sums, counts=counts
+            value_sum=value_sum, value_count=value_count, sums=sums, counts=counts, means=means
         )
 
     return Selector(init=init, select=select, update=update)

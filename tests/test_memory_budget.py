@@ -122,12 +122,12 @@ def test_cpu_chunk_by_hand(num_clients, num_trials, num_devices, expected):
 @pytest.mark.parametrize(
     "num_clients, num_trials, num_devices, trial_bytes, expected",
     [
-        # Dense Quick-Init UCB at N = 20 (498,408 bytes a trial): 2^24 bytes a device
-        # hold 33 trials, two devices 67 (of 16,384 by the clients): c = 64, 32:
-        # 16 * 128 = 2048, 32 * 96 = 3072.
-        (20, 1000, 2, 498_408, 64),
-        # One device: 2^28 / 498,408 = 538: c = 512, 256: 2 * 576 = 1152, 4 * 320 = 1280.
-        (20, 1000, 1, 498_408, 512),
+        # Dense Quick-Init UCB at N = 20 (746,512 bytes a trial): 2^24 bytes a device
+        # hold 22 trials, two devices 44 (of 16,384 by the clients): c = 32, 16:
+        # 32 * 96 = 3072, 63 * 80 = 5040.
+        (20, 1000, 2, 746_512, 32),
+        # One device: 2^28 / 746,512 = 359: c = 256, 128: 4 * 320 = 1280, 8 * 192 = 1536.
+        (20, 1000, 1, 746_512, 256),
         # `ucb` at N = 1,000 (84,160 bytes): 398 by the bytes, 327 by the clients.
         (1000, 1000, 2, 84_160, 256),
         # Bigger than the budget: one trial per device.

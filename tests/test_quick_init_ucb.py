@@ -111,6 +111,18 @@ def test_no_arm_is_played_twice_at_mu_one_within_500_slots():
         assert tuple(members[trial][0].tolist()) in groups
 
 
+@pytest.mark.parametrize("make", [qi.quick_init_ucb, bandits.super_arm_ucb])
+def test_dense_means_are_the_sums_over_the_counts_bit_for_bit(make):
+    # The dense form divides again for the arm played alone (`SuperArmState.means`): an
+    # arm's mean is its sum over its count, as dividing every arm in every slot gives.
+    n, k, t = 8, 2, 80
+    run = run_trials(make(n, k, exploration=0.05), envs.opinion_surrogate(n, k), t, 3, seed=2)
+    state = run.final_state
+    counts = np.asarray(state.counts)
+    assert counts.max() >= 5  # arms played again and again
+    np.testing.assert_array_equal(state.means, np.asarray(state.sums) / np.maximum(counts, 1.0))
+
+
 def test_conventional_ucb_plays_distinct_arms_while_unplayed_ones_remain():
     # Item 4: T < C(N, K) slots play T distinct arms (a uniformly random order).
     n, k, t = 10, 2, 40

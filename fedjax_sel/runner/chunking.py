@@ -165,13 +165,13 @@ def least_padded_chunk(bound: int, num_trials: int, num_devices: int = 1) -> int
 # and 128 that 2^21 client-trials per device would give).
 CPU_CHUNK_CLIENT_TRIALS = 2**21
 CPU_CORE_CHUNK_CLIENT_TRIALS = 5 * 2**15
-# A trial's arrays can outgrow its clients': the dense super-arm policies keep two f32
-# per super-arm (15,504 of them at N = 20, 498 kB a trial by `trial_memory_bytes`), and
+# A trial's arrays can outgrow its clients': the dense super-arm policies keep three f32
+# per super-arm (15,504 of them at N = 20, 747 kB a trial by `trial_memory_bytes`), and
 # 8,192 trials a device by the count of clients streamed through memory every slot (on a
-# 2-core Xeon, 1,000 trials x 100 slots of dense Quick-Init UCB took 1.64 and 1.94 s at
-# 512 trials a device, 1.40 and 1.58 s at the 32 this bound gives). So a chunk is bounded
-# in `trial_memory_bytes` too, as generously as gives `ucb` (84 bytes a client) the same
-# chunks as the count of clients.
+# 2-core Xeon, 1,000 trials x 100 slots of dense Quick-Init UCB, then with two f32 an
+# arm, took 1.64 and 1.94 s at 512 trials a device, 1.40 and 1.58 s at the 32 this bound
+# gave). So a chunk is bounded in `trial_memory_bytes` too, as generously as gives `ucb`
+# (84 bytes a client) the same chunks as the count of clients.
 CPU_CHUNK_BYTES = 2**28
 CPU_CORE_CHUNK_BYTES = 2**24
 
