@@ -12,6 +12,7 @@ import pytest
 import bandits
 import fedjax_sel
 from fedjax_sel import envs, ops
+from fedjax_sel.ops import latency
 
 N, M, BETA = 40, 8, 0.15
 
@@ -107,6 +108,23 @@ def test_prefix_form_equals_brute_force(n, k):
     half = count // 2
     np.testing.assert_array_equal(ours[:half], best[:half])
     np.testing.assert_allclose(ours[half:], best[half:], rtol=0, atol=1e-5)
+
+
+def test_prefix_counts_by_product_equal_the_cumulative_sum(monkeypatch):
+    # Up to `_PREFIX_PRODUCT_MAX_CLIENTS` the prefix counts are an int8 product; beyond,
+    # the cumulative sum that defines them: the same cohorts, ties and all.
+    rng = np.random.default_rng(5)
+    n, k, count = 12, 5, 400
+    cost, value, mask, weight = _instances(rng, count, n, grid=True)
+    keys = jax.random.split(jax.random.key(4), count)
+    solve = lambda: np.asarray(  # noqa: E731
+        jax.jit(
+            jax.vmap(ops.prefix_max_cost_top_k, in_axes=(0, 0, 0, None, 0, 0)), static_argnums=3
+        )(cost, value, mask, k, weight, keys)
+    )
+    product = solve()
+    monkeypatch.setattr(latency, "_PREFIX_PRODUCT_MAX_CLIENTS", 0)
+    np.testing.assert_array_equal(solve(), product)
 
 
 def test_prefix_form_equals_algorithm_1():
