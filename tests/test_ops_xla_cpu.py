@@ -330,3 +330,57 @@ def test_first_pass_brackets_the_kth_key_closely_by_a_sample(k):
     expected = 2 * (3 * np.sqrt(r) + 1) * n / size
     # The interval's keys: a sum of the sample's spacings, within a factor of 2 here.
     assert at_or_above - above <= 2 * expected, (at_or_above - above, expected)
+
+
+@pytest.mark.parametrize("n", [1, 13, 20, _xla_cpu._PAIRWISE_MAX_KEYS])
+def test_few_keys_compared_pairwise_select_as_the_search_does(n, monkeypatch):
+    # Up to 32 keys the k-th largest comes from comparing every pair, not from the search:
+    # the selections (deterministic, and with random ties under the same tie-break key),
+    # the k-th keys and the counts at or above them are the search's bit for bit, with
+    # ties across the k-th place, few or no eligible clients, and k from 0 (traced) to N.
+    # The search may stop at a threshold that is not a key (above the next key down, the
+    # same keys at or above it); the pairwise comparison returns the k-th key itself.
+    from fedjax_sel.ops import order
+
+    rng = np.random.default_rng(n)
+    batch = 24
+    scores = rng.integers(0, 4, (batch, n)).astype(np.float32)
+    scores[::3] = rng.random((8, n))
+    scores = jnp.asarray(scores)
+    mask = jnp.asarray(rng.random((batch, n)) < np.linspace(0.0, 1.0, batch)[:, None])
+    keys = order.order_key(scores, mask)
+    ties = jax.random.split(jax.random.key(n), batch)
+
+    def outputs():
+        out = {}
+        for k in sorted({1, (n + 1) // 2, n}):
+            random_ties = jax.vmap(lambda s, m, r, k=k: _xla_cpu.masked_top_k(s, m, k, r))
+            out[f"masked_top_k {k}"] = jax.jit(random_ties)(scores, mask, ties)
+            lowest = jax.vmap(lambda s, m, k=k: _xla_cpu.top_k_mask(s, m, k))
+            out[f"top_k_mask {k}"] = jax.jit(lowest)(scores, mask)
+            kth, count = jax.jit(jax.vmap(lambda x, k=k: _xla_cpu._kth_largest(x, k)))(keys)
+            out[f"at or above {k}"] = (keys >= kth[:, None]) & (kth[:, None] > 0)
+            out[f"count {k}"] = count
+        # A traced k is an argument: one program each for every k.
+        traced_top_k = jax.jit(jax.vmap(_xla_cpu.top_k_mask))
+        traced_kth = jax.jit(jax.vmap(_xla_cpu.kth_largest_key))
+        for k in range(n + 1):
+            ks = jnp.full((batch,), k, jnp.int32)
+            out[f"traced top_k_mask {k}"] = traced_top_k(scores, mask, ks)
+            out[f"kth_largest_key {k}"] = traced_kth(keys, ks)
+        return {name: np.asarray(x) for name, x in out.items()}
+
+    pairwise = outputs()
+    monkeypatch.setattr(_xla_cpu, "_PAIRWISE_MAX_KEYS", 0)
+    searched = outputs()
+    assert pairwise.keys() == searched.keys()
+    for name, want in searched.items():
+        np.testing.assert_array_equal(pairwise[name], want, err_msg=name)
+    # The pairwise path returns the k-th largest key: checked against a sort.
+    k = (n + 1) // 2
+    kth, count = jax.vmap(lambda x: _xla_cpu._kth_largest_pairwise(x, k))(keys)
+    rows = zip(np.asarray(keys), np.asarray(kth), np.asarray(count), strict=True)
+    for row, got_kth, got_count in rows:
+        want = np.sort(row)[::-1][k - 1]
+        want_count = int(np.sum(row >= want)) if want > 0 else 0
+        assert (int(got_kth), int(got_count)) == (int(want), want_count)
