@@ -121,7 +121,8 @@ def _k_op(portable: Callable, cpu: Callable, cpu_traced_k: bool = False) -> Call
     k and operand shapes, and reuses that jaxpr wherever the op recurs (the rounds, the
     oracle, the metrics of every policy). A traced k runs `portable` on every platform,
     or, with `cpu_traced_k`, `cpu` on CPU too (ops whose two implementations are equal
-    bit for bit: their random streams do not depend on k's being static)."""
+    bit for bit: their random streams do not depend on k's being static), jitted as well:
+    Oort's four traced top-k masks share one trace, and its three k-th keys another."""
 
     @functools.partial(jax.jit, static_argnums=0)
     def by_platform(k, *operands):
@@ -131,12 +132,15 @@ def _k_op(portable: Callable, cpu: Callable, cpu_traced_k: bool = False) -> Call
             default=lambda *o: portable(k, *o),
         )
 
+    @jax.jit
+    def by_platform_traced(k, *operands):
+        return lax.platform_dependent(k, *operands, cpu=cpu, default=portable)
+
     def op(k, *operands):
         if _is_static(k):
             return by_platform(k, *operands)
         if cpu_traced_k:
-            k = jnp.asarray(k, jnp.int32)
-            return lax.platform_dependent(k, *operands, cpu=cpu, default=portable)
+            return by_platform_traced(jnp.asarray(k, jnp.int32), *operands)
         return portable(k, *operands)
 
     return op
