@@ -62,9 +62,10 @@ pacer thresholds tabulated in float64 when it is built, so those are exact.
 Selecting takes O(N) time and memory per trial with no sort: rankings of a size known only
 at run time use `ops.kth_largest_key` and `ops.top_k_mask` with a traced k (on CPU the
 selection ops' search, a few counting passes; elsewhere their definition, 32). The
-exploration window and its sample run only in rounds where some trial of the batch has an
-unexplored client, the stale list's rejoining only where some trial has none
-(`ops.where_needed`).
+exploration window is ranked only in rounds where some trial of the batch has an
+unexplored client (`ops.where_needed`), and a trial samples either its window or its stale
+list, in one sample for both (one search in the program instead of two; the same
+selections).
 """
 
 from __future__ import annotations
@@ -478,32 +479,29 @@ def oort(
         exploit = _sample(ranking.score, ranking.candidates, ranking.exploit_len, exploit_key)
         count = ranking.num_unexplored
         room = m - jnp.sum(exploit, dtype=jnp.int32)
-
-        def sample_unexplored(ranking, room, key):
-            take = jnp.minimum(ranking.num_unexplored, room)
-            window = exploration_window(cfg, ranking, take)
-            return _sample(ranking.initial, window, take, key)
-
-        # With no client unexplored, the window and its sample are empty: they run (for
-        # the whole batch under `jax.vmap`) only in rounds where some trial has one.
-        nobody = lambda *operands: jnp.zeros((cfg.num_clients,), bool)
-        explore = ops.where_needed(count > 0, sample_unexplored, nobody, ranking, room, explore_key)
-        explored = explore
+        take, some = jnp.minimum(count, room), count > 0
+        # With no client unexplored, the window is empty: it is ranked (for the whole
+        # batch under `jax.vmap`) only in rounds where some trial has one.
+        window = ops.where_needed(
+            some,
+            lambda ranking, take: exploration_window(cfg, ranking, take),
+            lambda ranking, take: jnp.zeros((cfg.num_clients,), bool),
+            ranking,
+            take,
+        )
+        weights, pool, size, sample_key = ranking.initial, window, take, explore_key
         if cfg.stale:
             # FedScale's last exploration list, kept whole; of it, the available clients
             # not exploited, at most the room left (uniformly), join the cohort when no
-            # client is unexplored (drawn only in rounds where some trial has none).
-            explored = jnp.where(count > 0, explore, state.explored)
-            left = state.explored & inp.available & ~exploit & (count == 0)
-            rejoin = ops.where_needed(
-                count == 0,
-                lambda left, room, key: _sample(jnp.ones(left.shape), left, room, key),
-                nobody,
-                left,
-                room,
-                stale_key,
-            )
-            explore = jnp.where(count > 0, explore, rejoin)
+            # client is unexplored. A trial samples the window or this list, never both:
+            # one sample, with each trial's weights, pool, size and key.
+            left = state.explored & inp.available & ~exploit
+            weights = jnp.where(some, weights, 1.0)
+            pool = jnp.where(some, window, left)
+            size = jnp.where(some, take, room)
+            sample_key = jnp.where(some, explore_key, stale_key)
+        explore = _sample(weights, pool, size, sample_key)
+        explored = jnp.where(some, explore, state.explored) if cfg.stale else explore
         called = state._replace(
             successful=jnp.zeros_like(state.successful),
             explored=explored,

@@ -378,9 +378,10 @@ def test_exhausted_exploration_stale_or_exploit():
 
 @pytest.mark.parametrize("exhausted", ["stale", "exploit"])
 def test_batched_select_equals_per_trial_calls_with_and_without_unexplored(exhausted):
-    # The exploration sample and the stale list's rejoining each run only in rounds where
-    # some trial of the batch needs them: a batch mixing trials with unexplored clients
-    # and trials with none selects what each trial selects alone, bit for bit.
+    # The exploration window is ranked only in rounds where some trial of the batch has
+    # an unexplored client, and one sample draws each trial's window or stale list: a
+    # batch mixing trials with unexplored clients and trials with none selects what each
+    # trial selects alone, bit for bit.
     n, m = 20, 5
     policy = oort_lib.oort(n, m, exhausted=exhausted)
     _, states = _run(policy, n, 30, lambda t: np.ones(n, bool))
