@@ -527,6 +527,24 @@ def _selector(select):
     )
 
 
+@pytest.mark.parametrize("rounds_per_chunk, traces", [(None, 1), (4, 2)])
+def test_the_rounds_are_traced_once_for_each_length_of_call(rounds_per_chunk, traces):
+    # The check before anything runs traces the rounds on the first call's inputs, which
+    # the compilation then finds in JAX's cache: one trace of the policy's update for
+    # 10 rounds in one call, two for calls of 4, 4 and 2 rounds (the update runs nowhere
+    # else; the memory estimate traces the selection and the environment alone).
+    calls = []
+    base = bandits.ucb(N, K)
+
+    def update(state, decision, feedback):
+        calls.append(None)
+        return base.update(state, decision, feedback)
+
+    policy = base._replace(update=update)
+    fedjax_sel.simulate(policy, _env(), 10, 4, progress=None, rounds_per_chunk=rounds_per_chunk)
+    assert len(calls) == traces
+
+
 def test_a_missing_round_input_field_names_the_field_and_the_policy():
     def select(state, inp, key):
         context = fedjax_sel.validation.require(inp.context, "context", policy="needs_context")

@@ -227,7 +227,7 @@ def simulate(
     options = programs.compiler_options(devices[0].platform)
     compiled = {
         name: programs.checked_programs(
-            name, keys, plan.local_trials, env, sel, layout, options, mesh
+            name, keys, plan.local_trials, _call_rounds(plan, 1), env, sel, layout, options, mesh
         )
         for name, sel in policies.items()
     }

@@ -21,7 +21,7 @@ import chex
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from fedjax_sel import metrics
 from fedjax_sel.ops import double
@@ -67,29 +67,37 @@ def compiler_options(platform: str) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(COMPILER_OPTIONS.get(platform, {}).items()))
 
 
-def checked_programs(name, run_keys, num_trials, env, selector, *settings):
-    """The policy's programs (`programs(env, selector, *settings)`), traced once on
-    abstract inputs of `num_trials` trials so that a policy that does not fit the
-    environment, or has a bug, fails before anything compiles or runs.
+def checked_programs(name, run_keys, num_trials, num_rounds, env, selector, layout, options, mesh):
+    """The policy's programs (`programs(env, selector, layout, options, mesh)`), traced
+    once on abstract inputs of `num_trials` trials and `num_rounds` rounds, so that a
+    policy that does not fit the environment, or has a bug, fails before anything
+    compiles or runs.
+
+    The inputs are laid out as the first chunk's calls lay them out (`compile_programs`),
+    so that compiling `run_rounds` for `num_rounds` rounds finds this trace in JAX's
+    cache instead of tracing the policy again.
 
     The exception raised while tracing propagates as it is, with its own type and
     traceback; on Python >= 3.11 it carries a note naming the policy.
     """
-    program = programs(env, selector, *settings)
+    program = programs(env, selector, layout, options, mesh)
     init_carry, run_rounds, _ = program
-    ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32)
+    split = NamedSharding(mesh, PartitionSpec("trials"))
+    ids = jax.ShapeDtypeStruct((num_trials,), jnp.int32, sharding=split)
+    valid = jax.ShapeDtypeStruct((num_trials,), jnp.bool_, sharding=split)
     with naming_policy(name):
-        carry = jax.eval_shape(init_carry, run_keys, env.params, ids)
-        jax.eval_shape(
-            run_rounds,
-            carry,
-            run_keys,
-            env.params,
-            ids,
-            jax.ShapeDtypeStruct((num_trials,), jnp.bool_),
-            jax.ShapeDtypeStruct((1,), jnp.int32),
-        )
+        carry = _carry_shapes(init_carry, run_keys, env.params, ids)
+        rounds = jax.ShapeDtypeStruct((num_rounds,), jnp.int32)
+        jax.eval_shape(run_rounds, carry, run_keys, env.params, ids, valid, rounds)
     return program
+
+
+def _carry_shapes(init_carry, run_keys, params, trial_ids):
+    """The carry's shapes as `init_carry` returns it, split like `trial_ids`."""
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=trial_ids.sharding),
+        jax.eval_shape(init_carry, run_keys, params, trial_ids),
+    )
 
 
 def compile_programs(programs_, run_keys, params, trial_ids, valid, lengths, num_rounds) -> None:
@@ -105,11 +113,7 @@ def compile_programs(programs_, run_keys, params, trial_ids, valid, lengths, num
     one its calls would make.
     """
     init_carry, run_rounds, finish = programs_
-    split = trial_ids.sharding
-    carry = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=split),
-        jax.eval_shape(init_carry, run_keys, params, trial_ids),
-    )
+    carry = _carry_shapes(init_carry, run_keys, params, trial_ids)
     rounds = [jnp.arange(1, 1 + length, dtype=jnp.int32) for length in sorted(lengths)]
     lowered = [
         *(run_rounds.lower(carry, run_keys, params, trial_ids, valid, r) for r in rounds),
