@@ -12,7 +12,8 @@ environment, with the mean metrics of both printed side by side. Each cell repor
 
 - client-rounds per second, M * T * N / (wall seconds of the run without compilation);
   the first call compiles (its compile time is reported apart, from JAX's own compile
-  events), the next `--repeats` calls reuse the program and their median is taken;
+  events: the median of `--compiles` first calls, each after the process's programs are
+  dropped), the next `--repeats` calls reuse the program and their median is taken;
 - the NumPy reference's client-rounds per second, from `--reference_trials` trials, or
   as many as fill `--reference_seconds` when those take less (it
   runs one trial after another, so its rate does not depend on M) and the ratio;
@@ -61,6 +62,14 @@ def _define_flags() -> None:
     flags.DEFINE_list("num_trials", ints([1, 100, 1000, 10000]), "Numbers of trials M.")
     flags.DEFINE_integer("num_rounds", 100, "Rounds T per trial.", lower_bound=1)
     flags.DEFINE_integer("repeats", 2, "Timed runs after the compiling one.", lower_bound=1)
+    flags.DEFINE_integer(
+        "compiles",
+        3,
+        "First calls of each cell, each after the process's programs are dropped: the "
+        "compile time reported is their median (one compilation's time moves by a second "
+        "or more from call to call).",
+        lower_bound=1,
+    )
     flags.DEFINE_integer(
         "reference_trials", 2, "Trials of the NumPy reference per (policy, N).", lower_bound=1
     )
@@ -127,6 +136,7 @@ def main(argv):
             num_trials=num_trials,
             num_rounds=f.num_rounds,
             repeats=f.repeats,
+            compiles=f.compiles,
             reference_trials=f.reference_trials,
             reference_seconds=f.reference_seconds,
             reference_tie_break=f.reference_tie_break,
