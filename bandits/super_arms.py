@@ -98,12 +98,10 @@ def cold_start_groups(key: chex.PRNGKey, num_clients: int, num_selected: int) ->
 def tied_argmax(index: chex.Array, tolerance: float, key: chex.PRNGKey) -> chex.Array:
     """int32[], a uniformly random entry of f32[A] `index` within `tolerance` of its max.
 
-    One random integer, not one per arm: the j-th tied entry (`ops.nth_true`) for j
-    uniform below the number of ties.
+    One random integer, not one per arm: the j-th tied entry for j uniform below the
+    number of ties (`ops.random_true`).
     """
-    ties = index >= jnp.max(index) - tolerance
-    j = jax.random.randint(key, (), 0, ops.count_true(ties))
-    return ops.nth_true(ties, j)
+    return ops.random_true(index >= jnp.max(index) - tolerance, key)
 
 
 def _members_mean(value: chex.Array, members: chex.Array) -> chex.Array:

@@ -4,10 +4,10 @@ Depends on jax and numpy only. Each op acts on one trial's arrays (`f32[N]`); `j
 adds trial or edge-server axes.
 
 - `masked_top_k`, `uniform_subset`, `gumbel_top_k`, `top_k_mask`, `kth_largest_key`,
-  `count_true`, `true_indices`, `nth_true` (`selection`): each defined portably in a few
-  lines (`selection.portable_*`, `order.kth_largest_key`), and run by a sort-free backend
-  on CPU (`_xla_cpu`), chosen by platform when the program is lowered. The cohort size k
-  is a Python int or a traced int32[].
+  `count_true`, `true_indices`, `nth_true`, `random_true` (`selection`): each defined
+  portably in a few lines (`selection.portable_*`, `order.kth_largest_key`), and run by a
+  sort-free backend on CPU (`_xla_cpu`), chosen by platform when the program is lowered.
+  The cohort size k is a Python int or a traced int32[].
 - `grouped_masked_top_k`, `grouped_uniform_subset`, `grouped_top_k_mask`: k per
   contiguous group, equal or of given sizes; `budgeted_top_k`, `grouped_budgeted_top_k`:
   clients in score order within a budget, per group (`grouped`).
@@ -44,6 +44,7 @@ from fedjax_sel.ops.selection import (
     kth_largest_key,
     masked_top_k,
     nth_true,
+    random_true,
     top_k_mask,
     true_indices,
     uniform_subset,
@@ -64,6 +65,7 @@ __all__ = [
     "order_key",
     "places",
     "prefix_max_cost_top_k",
+    "random_true",
     "sampling",
     "sherman_morrison_update",
     "top_k_mask",

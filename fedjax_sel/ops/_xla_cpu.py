@@ -549,10 +549,29 @@ def _places(flags: jax.Array, ranks: jax.Array) -> jax.Array:
     words' numbers of set bits, and each rank finds its word by a binary search of those
     sums and its bit by `_select_bit`: one pass over N, then work in the ranks.
     """
-    n = flags.shape[0]
-    words = _bit_words(flags)
-    counts = lax.population_count(words).astype(jnp.int32)
-    ends = jnp.cumsum(counts)
+    return _places_in_words(_Words.of(flags), ranks)
+
+
+class _Words(NamedTuple):
+    """Flags (bool[N]) packed 32 to a word (`_bit_words`), with the running sums of the
+    words' numbers of set bits, whose last is the number of True entries."""
+
+    words: jax.Array
+    counts: jax.Array
+    ends: jax.Array
+    n: int
+
+    @classmethod
+    def of(cls, flags: jax.Array) -> _Words:
+        words = _bit_words(flags)
+        counts = lax.population_count(words).astype(jnp.int32)
+        return cls(words, counts, jnp.cumsum(counts), flags.shape[0])
+
+
+def _places_in_words(packed: _Words, ranks: jax.Array) -> jax.Array:
+    """`_places` of packed flags: each rank's word by a binary search of the running
+    sums, its bit by `_select_bit`."""
+    words, counts, ends, n = packed
     word = jnp.minimum(jnp.searchsorted(ends, ranks, side="right"), words.shape[0] - 1)
     rank = ranks - ends[word] + counts[word]
     place = 32 * word + _select_bit(words[word], rank).astype(jnp.int32)
@@ -574,6 +593,15 @@ def nth_true(flags: jax.Array, rank: jax.Array) -> jax.Array:
     (bool[N]), N if `rank` is at or above their number (`_places`; the definition's
     cumulative sum over N takes several passes on XLA:CPU)."""
     return _places(flags, jnp.asarray(rank, jnp.int32))
+
+
+def random_true(flags: jax.Array, key: jax.Array) -> jax.Array:
+    """int32[]: `nth_true` of a rank drawn uniformly below the number of True entries of
+    `flags` (bool[N]), that number taken from the packed words (the definition counts the
+    flags in a pass of their own); N where none is True."""
+    packed = _Words.of(flags)
+    rank = jax.random.randint(key, (), 0, packed.ends[-1])
+    return _places_in_words(packed, rank)
 
 
 def _unpack(words: jax.Array, n: int) -> jax.Array:

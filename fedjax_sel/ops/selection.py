@@ -110,6 +110,13 @@ def portable_nth_true(flags: jax.Array, rank: jax.Array) -> jax.Array:
     return jnp.searchsorted(running, rank, side="right").astype(jnp.int32)
 
 
+def portable_random_true(flags: jax.Array, key: jax.Array) -> jax.Array:
+    """The definition of `random_true`: `nth_true` of a rank drawn uniformly below
+    `count_true`."""
+    rank = jax.random.randint(key, (), 0, portable_count_true(flags))
+    return portable_nth_true(flags, rank)
+
+
 def portable_count_true(flags: jax.Array) -> jax.Array:
     """The definition of `count_true`: an int32 sum."""
     return jnp.sum(flags, dtype=jnp.int32)
@@ -268,6 +275,23 @@ def count_true(flags: jax.Array) -> jax.Array:
     On CPU `_xla_cpu.count_true` (a bf16 sum in f32, exact below 2^24 entries).
     """
     return lax.platform_dependent(flags, cpu=_xla_cpu.count_true, default=portable_count_true)
+
+
+def random_true(flags: jax.Array, key: jax.Array) -> jax.Array:
+    """int32[], the place of a uniformly random True entry of `flags` (bool[N]), or N if
+    none is: `nth_true` of a rank drawn by `jax.random.randint(key, (), 0, count)` below
+    their number `count` (`count_true`), one random integer in place of one per entry.
+
+    On CPU `_xla_cpu.random_true`, bit for bit the definition, the count taken from the
+    words the flags are packed in for `nth_true` instead of a pass of its own.
+
+    Args:
+      flags: bool[N].
+      key: PRNG key.
+    """
+    return lax.platform_dependent(
+        flags, key, cpu=_xla_cpu.random_true, default=portable_random_true
+    )
 
 
 def true_indices(flags: jax.Array, size: int) -> jax.Array:
