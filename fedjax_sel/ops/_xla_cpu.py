@@ -541,41 +541,24 @@ def _select_bit(words: jax.Array, rank: jax.Array) -> jax.Array:
     return place
 
 
-def _places(flags: jax.Array, ranks: jax.Array) -> jax.Array:
-    """int32 like `ranks`: the place of the True entry of each rank (from 0) of `flags`
-    (bool[N]), N for a rank at or above their number.
+def _places(flags: jax.Array, ranks: Callable[[jax.Array], jax.Array]) -> jax.Array:
+    """int32 like the ranks: the place of the True entry of each rank (from 0) of
+    `flags` (bool[N]), N for a rank at or above their number; `ranks(count)` gives the
+    ranks from the number of True entries (int32[]).
 
     The flags are packed 32 to a word (`_bit_words`), the cumulative sum runs over the
-    words' numbers of set bits, and each rank finds its word by a binary search of those
-    sums and its bit by `_select_bit`: one pass over N, then work in the ranks.
+    words' numbers of set bits (its last entry is the count), and each rank finds its
+    word by a binary search of those sums and its bit by `_select_bit`: one pass over N,
+    then work in the ranks.
     """
-    return _places_in_words(_Words.of(flags), ranks)
-
-
-class _Words(NamedTuple):
-    """Flags (bool[N]) packed 32 to a word (`_bit_words`), with the running sums of the
-    words' numbers of set bits, whose last is the number of True entries."""
-
-    words: jax.Array
-    counts: jax.Array
-    ends: jax.Array
-    n: int
-
-    @classmethod
-    def of(cls, flags: jax.Array) -> _Words:
-        words = _bit_words(flags)
-        counts = lax.population_count(words).astype(jnp.int32)
-        return cls(words, counts, jnp.cumsum(counts), flags.shape[0])
-
-
-def _places_in_words(packed: _Words, ranks: jax.Array) -> jax.Array:
-    """`_places` of packed flags: each rank's word by a binary search of the running
-    sums, its bit by `_select_bit`."""
-    words, counts, ends, n = packed
-    word = jnp.minimum(jnp.searchsorted(ends, ranks, side="right"), words.shape[0] - 1)
-    rank = ranks - ends[word] + counts[word]
+    words = _bit_words(flags)
+    counts = lax.population_count(words).astype(jnp.int32)
+    ends = jnp.cumsum(counts)
+    wanted = ranks(ends[-1])
+    word = jnp.minimum(jnp.searchsorted(ends, wanted, side="right"), words.shape[0] - 1)
+    rank = wanted - ends[word] + counts[word]
     place = 32 * word + _select_bit(words[word], rank).astype(jnp.int32)
-    return jnp.where(ranks < ends[-1], place, n)
+    return jnp.where(wanted < ends[-1], place, flags.shape[0])
 
 
 def true_indices(flags: jax.Array, size: int) -> jax.Array:
@@ -585,23 +568,21 @@ def true_indices(flags: jax.Array, size: int) -> jax.Array:
     `jnp.nonzero` counts over all N (a cumulative sum, then a scatter); here `_places`
     packs the flags into words and counts over those.
     """
-    return _places(flags, jnp.arange(size, dtype=jnp.int32))
+    return _places(flags, lambda count: jnp.arange(size, dtype=jnp.int32))
 
 
 def nth_true(flags: jax.Array, rank: jax.Array) -> jax.Array:
     """int32[]: the place of the True entry of rank `rank` (int32[], from 0) of `flags`
     (bool[N]), N if `rank` is at or above their number (`_places`; the definition's
     cumulative sum over N takes several passes on XLA:CPU)."""
-    return _places(flags, jnp.asarray(rank, jnp.int32))
+    return _places(flags, lambda count: jnp.asarray(rank, jnp.int32))
 
 
 def random_true(flags: jax.Array, key: jax.Array) -> jax.Array:
     """int32[]: `nth_true` of a rank drawn uniformly below the number of True entries of
     `flags` (bool[N]), that number taken from the packed words (the definition counts the
     flags in a pass of their own); N where none is True."""
-    packed = _Words.of(flags)
-    rank = jax.random.randint(key, (), 0, packed.ends[-1])
-    return _places_in_words(packed, rank)
+    return _places(flags, lambda count: jax.random.randint(key, (), 0, count))
 
 
 def _unpack(words: jax.Array, n: int) -> jax.Array:
