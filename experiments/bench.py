@@ -144,7 +144,7 @@ def bench_jax(
     memory_budget_bytes: int | None = None,
     compiles: int = 1,
 ) -> dict[str, Any]:
-    """Compiles and runs `simulate` `compiles` times (`first_calls`), then `repeats` more
+    """Compiles and runs `simulate` `compiles` times (`time_jax`), then `repeats` more
     times; median compile and run times."""
     k = max(1, num_clients // 10)
     env = envs.bernoulli(num_clients, k)
@@ -155,9 +155,7 @@ def bench_jax(
     def run():
         fedjax_sel.simulate(selector, env, num_rounds, num_trials, seed, progress=None, **budget)
 
-    firsts = first_calls(run, compiles)
-    runs = [measure(run) for _ in range(repeats)]
-    return jax_timing(firsts, runs, num_trials * num_rounds * num_clients)
+    return time_jax(run, num_trials * num_rounds * num_clients, repeats, compiles)
 
 
 def forget_programs() -> None:
@@ -168,24 +166,23 @@ def forget_programs() -> None:
     runner.chunking.trial_memory_bytes.cache_clear()
 
 
-def first_calls(run: Callable[[], Any], compiles: int) -> list[dict[str, float | None]]:
-    """`measure`s of `compiles` first calls of `run`: the first, then each after
-    `forget_programs`. One compilation's time moves by a second or more from call to call
-    on the 2-core machine of docs/benchmarks.md (Oort's 6.2 to 8.7 s): their median is the
-    figure reported."""
+def time_jax(run: Callable[[], Any], work: float, repeats: int, compiles: int = 1) -> dict:
+    """`jax_timing` of `compiles` first calls of `run` (the first, then each after
+    `forget_programs`) and of `repeats` later calls. One compilation's time moves by a
+    second or more from call to call on the 2-core machine of docs/benchmarks.md (Oort's
+    6.2 to 8.7 s): the median of several is the figure reported."""
     firsts = [measure(run)]
     for _ in range(compiles - 1):
         forget_programs()
         firsts.append(measure(run))
-    return firsts
+    return jax_timing(firsts, [measure(run) for _ in range(repeats)], work)
 
 
-def jax_timing(first: dict | list[dict], runs: list[dict], work: float) -> dict[str, Any]:
-    """The numbers of a jitted run from `measure`s of its first (compiling) call, or of
-    several (`first_calls`), and of later calls: compile time the median of the first
-    calls', run time the median of the later calls without compilation, throughput `work`
-    (client-rounds) per second, compilations, peak memory."""
-    firsts = first if isinstance(first, list) else [first]
+def jax_timing(firsts: list[dict], runs: list[dict], work: float) -> dict[str, Any]:
+    """The numbers of a jitted run from `measure`s of its first (compiling) calls and of
+    later calls: compile time the median of the first calls', run time the median of the
+    later calls without compilation, throughput `work` (client-rounds) per second,
+    compilations, peak memory."""
     first = firsts[0]
     run_s = statistics.median(r["wall_s"] - r["compile_s"] for r in runs)
     return {
@@ -251,7 +248,7 @@ def bench_paper_jax(
     compiles: int = 1,
 ) -> dict[str, Any]:
     """A paper policy's jitted run (`case.jax_run`): built once, called `compiles` times to
-    compile (`first_calls`), then `repeats` more times; median compile and run times, and
+    compile (`time_jax`), then `repeats` more times; median compile and run times, and
     the mean metrics of the last call."""
     call = case.jax_run(num_trials, num_rounds, seed)
     out = {}
@@ -259,9 +256,7 @@ def bench_paper_jax(
     def run():
         out["metrics"] = call()
 
-    firsts = first_calls(run, compiles)
-    runs = [measure(run) for _ in range(repeats)]
-    timing = jax_timing(firsts, runs, num_trials * num_rounds * case.num_clients)
+    timing = time_jax(run, num_trials * num_rounds * case.num_clients, repeats, compiles)
     return {**timing, "metrics": out["metrics"]}
 
 
@@ -317,7 +312,7 @@ def run_suite(
     compiles: int = 1,
 ) -> dict[str, Any]:
     """Every cell of the grid; cells over `max_client_rounds` are listed as skipped. Each
-    cell compiles `compiles` times (`first_calls`)."""
+    cell compiles `compiles` times (`time_jax`)."""
     for name in policies:
         if name not in stationary.REGISTRY and name not in references.PAPER:
             raise ValueError(
@@ -624,12 +619,11 @@ def beyond_speed(
             trials_per_chunk=trials_per_chunk, progress=None,
         )  # fmt: skip
 
-    first = measure(run)
-    second = measure(run)
-    res = out["res"]
     jax_work = num_trials * num_rounds * n
+    timing = time_jax(run, jax_work, repeats=1)
+    res = out["res"]
     numpy_work = numpy_trials * num_rounds * n
-    timing = jax_timing(first, [second], jax_work)
+    numpy_at_m = numpy["wall_s"] / numpy_trials * num_trials
     numpy_rate = numpy_work / numpy["wall_s"]
     loss = res.curves["policy"]["loss"]
     return {
@@ -658,7 +652,7 @@ def beyond_speed(
         },
         "ratio": timing["client_rounds_per_s"] / numpy_rate,
         # The reference's time extrapolated to num_trials over the first call's, compile included.
-        "ratio_including_compile": numpy["wall_s"] / numpy_trials * num_trials / first["wall_s"],
+        "ratio_including_compile": numpy_at_m / timing["first_call_s"],
         "load_average": [load_before, os.getloadavg()[0]],
         "machine": machine(),
     }
