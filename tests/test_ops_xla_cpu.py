@@ -152,6 +152,21 @@ def test_random_subsets_equal_floyds_plain_loop(k):
         np.testing.assert_array_equal(got[b], want, err_msg=str(b))
 
 
+def test_random_subsets_take_every_rank_when_asked_for_more():
+    """A `take` above `size` gives the ranks 0, ..., size - 1, and nothing above them
+    (sizes 0 to 40, takes up to k = 48)."""
+    k, n = 48, 64
+    size = np.arange(41, dtype=np.int32)
+    take = np.minimum(size + 1 + size % 7, k).astype(np.int32)
+    keys = jax.random.split(jax.random.PRNGKey(5), size.shape[0])
+    got = jax.jit(_xla_cpu._random_subsets, static_argnums=(3, 4))(
+        jnp.asarray(size), jnp.asarray(take), keys, k, n
+    )
+    got = np.unpackbits(np.asarray(got).view(np.uint8), axis=1, bitorder="little")
+    want = np.arange(got.shape[1])[None, :] < size[:, None]
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("n", [7, 32, 100, 1000])
 def test_random_tied_chooses_the_tied_clients_of_the_subset_ranks(n):
     """The tied client of rank r (r tied clients before it) is chosen iff Floyd's

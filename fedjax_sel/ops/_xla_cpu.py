@@ -472,8 +472,10 @@ def _random_subsets(size, take, key, k: int, n: int) -> jax.Array:
     """
     batch = size.shape[0]
     width = n // 32 + 2
+    # Every rank when `take` is above `size`: then j runs from 0.
+    take = jnp.minimum(take, size)
     last = size[:, None] - take[:, None] + jnp.arange(k, dtype=jnp.int32)
-    span = jnp.maximum(last + 1, 1).astype(jnp.uint32)
+    span = (last + 1).astype(jnp.uint32)
     draw = (jax.vmap(lambda kk: jax.random.bits(kk, (k,)))(key) % span).astype(jnp.int32)
     offset = width * jnp.arange(batch, dtype=jnp.int32)
 
@@ -481,8 +483,7 @@ def _random_subsets(size, take, key, k: int, n: int) -> jax.Array:
         t = draw[:, i]
         taken = chosen[offset + (t >> 5)] >> (t & 31).astype(jnp.uint32) & 1
         pos = jnp.where(taken == 1, last[:, i], t)
-        # j < 0 when take > size: those steps add nothing in range, and are dropped.
-        keep = (i < take) & (pos >= 0)
+        keep = i < take
         bit = jnp.uint32(1) << (pos & 31).astype(jnp.uint32)
         return chosen.at[jnp.where(keep, offset + (pos >> 5), batch * width)].add(bit, mode="drop")
 
