@@ -40,7 +40,9 @@ def benchmark(
         image_shape=(features, 1, 1),
     )
     model = models.get(model_name, (features, 1, 1), clients.num_classes)
-    update = fl.local_sgd(model.apply, 0.05, batch_size, num_epochs=1)
+    update = fl.local_sgd(
+        model.apply, 0.05, batch_size, num_epochs=1, loss=models.default_loss(model_name)
+    )
     aggregate = fl.fedavg()
     x, y, counts = clients.x, clients.y, clients.counts
     params0 = jax.vmap(model.init)(jax.random.split(jax.random.PRNGKey(seed), m))
@@ -172,6 +174,7 @@ def roofline(
     """
     m, k, b = num_trials, num_selected, batch_size
     model = models.get(model_name, (features, 1, 1), 10)
+    loss = models.default_loss(model_name)
     params = model.init(jax.random.PRNGKey(0))
     kernels = [p for p in jax.tree.leaves(params) if p.ndim == 2]
     if not kernels:
@@ -185,7 +188,7 @@ def roofline(
 
     def sgd_step(p, xb, yb):
         mask = jnp.ones((b,), jnp.float32)
-        grads = jax.grad(lambda q: fl.masked_cross_entropy(model.apply(q, xb), yb, mask))(p)
+        grads = jax.grad(lambda q: loss(model.apply(q, xb), yb, mask))(p)
         return jax.tree.map(lambda w, g: w - 0.05 * g, p, grads)
 
     xb, yb = jnp.ones((b, features), jnp.float32), jnp.zeros((b,), jnp.int32)
@@ -231,7 +234,7 @@ def roofline(
     clients = data.load(
         "gaussian_mixture", 2, "iid", num_train=2 * examples_per_client, image_shape=shape
     )
-    update = jax.jit(fl.local_sgd(model.apply, 0.05, b, num_epochs=1))
+    update = jax.jit(fl.local_sgd(model.apply, 0.05, b, num_epochs=1, loss=loss))
     count, key = clients.counts[0], jax.random.PRNGKey(1)
     client_s, client_cpu = _best_seconds(update, params, clients.x, clients.y, 0, count, key)
     dot_gflops = 2 * dot_size**3 / dot_s / 1e9

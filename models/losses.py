@@ -10,6 +10,7 @@ from __future__ import annotations
 import chex
 import jax
 import jax.numpy as jnp
+import optax
 
 
 def _masked_mean(values: chex.Array, mask: chex.Array | None) -> chex.Array:
@@ -24,10 +25,9 @@ def _masked_mean(values: chex.Array, mask: chex.Array | None) -> chex.Array:
 def softmax_cross_entropy(
     logits: chex.Array, labels: chex.Array, mask: chex.Array | None = None
 ) -> chex.Array:
-    """Mean of `-log softmax(logits)[label]` over real rows (multinomial logistic loss)."""
-    log_p = jax.nn.log_softmax(logits)
-    nll = -jnp.take_along_axis(log_p, labels[:, None].astype(jnp.int32), axis=1)[:, 0]
-    return _masked_mean(nll, mask)
+    """Mean of `-log softmax(logits)[label]` over real rows (multinomial logistic loss),
+    the default loss of local SGD (`fedjax_sel.fl.local_sgd`)."""
+    return _masked_mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels), mask)
 
 
 def multiclass_hinge(

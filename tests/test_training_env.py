@@ -316,6 +316,34 @@ def test_training_statistics_in_the_feedback_equal_each_client_update(data, mode
         assert np.all(np.delete(info[key], np.flatnonzero(selected)) == 0.0)
 
 
+@pytest.mark.parametrize(
+    "name, loss, want_loss",
+    [
+        ("linear_svm", None, models.losses.multiclass_hinge),
+        ("logistic_regression", None, models.losses.softmax_cross_entropy),
+        ("logistic_regression", models.losses.multiclass_hinge, models.losses.multiclass_hinge),
+    ],
+)
+def test_clients_train_with_the_models_own_loss_or_the_one_given(data, name, loss, want_loss):
+    # The global model after one FedAvg round of one client is its start plus that
+    # client's update under the loss the model is trained with (the hinge loss of a
+    # linear SVM, models.default_loss), exactly; under the other loss it is not.
+    svm = models.get(name, FEATURES, CLASSES)
+    env = _env(data, svm, 1, loss=loss)
+    selected = np.zeros(N, bool)
+    selected[2] = True
+    state, (_, new_state, _) = _step(env, selected)
+    train_key = jax.random.split(jax.random.PRNGKey(2))[1]
+    for candidate in (models.losses.multiclass_hinge, models.losses.softmax_cross_entropy):
+        update = fl.local_sgd(svm.apply, 0.2, 4, loss=candidate)
+        result = update(
+            state.server, data.x, data.y, 2, data.counts[2], jax.random.fold_in(train_key, 2)
+        )
+        want = jax.tree.map(jnp.add, state.server, result.delta)
+        equal = jax.tree.map(np.array_equal, new_state.server, want)
+        assert all(jax.tree.leaves(equal)) == (candidate is want_loss), candidate
+
+
 def test_observed_client_losses_equal_direct_evaluation(data, model):
     env = _env(data, model, 3, observe_client_loss=True, probe_batch_size=5)
     # One round first, so that the clients' losses of the model differ.

@@ -73,6 +73,7 @@ lowest-indexed clients; the others are not trained, so they are reported failed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import chex
@@ -231,6 +232,7 @@ def training(
     num_epochs: int | None = 1,
     num_steps: int | None = None,
     optimizer: optax.GradientTransformation | None = None,
+    loss: Callable[[chex.Array, chex.Array, chex.Array], chex.Array] | None = None,
     weighting: str = "examples",
     feedback: str = "accuracy",
     latency_range: tuple[float, float] = (1.0, 5.0),
@@ -270,6 +272,9 @@ def training(
       num_epochs: local epochs E >= 1, or None with `num_steps`.
       num_steps: fixed local minibatch steps >= 1 instead of epochs.
       optimizer: an optax optimizer replacing plain SGD.
+      loss: the masked training loss `(logits, labels, mask) -> f32[]` of local SGD;
+        None for the model's own (`models.default_loss`: the hinge loss of
+        `linear_svm`) where `model.name` is registered, softmax cross-entropy otherwise.
       weighting: "examples" or "uniform" aggregation weights (FedAvg/FedSGD).
       feedback: one of `FEEDBACKS` (module docstring).
       latency_range: (low, high), 0 < low <= high, seconds; mu_i ~ U[low, high].
@@ -374,7 +379,11 @@ def training(
     if data is None and model is None:
         data, model = synthetic_task(n)
     check_data(data, model, n)
-    update_fn = local_sgd(model.apply, learning_rate, batch_size, num_epochs, num_steps, optimizer)
+    if loss is None and model.name in models.REGISTRY:
+        loss = models.default_loss(model.name)
+    update_fn = local_sgd(
+        model.apply, learning_rate, batch_size, num_epochs, num_steps, optimizer, loss
+    )
     if client_chunk is not None:
         validation.positive_int("client_chunk", client_chunk)
     train_cohort = cohort_update(update_fn, client_chunk)

@@ -9,7 +9,7 @@ from fedjax_sel.fl.aggregate import (
     hierarchical,
     weighted_mean_update,
 )
-from fedjax_sel.fl.client import ClientResult, cohort_update, local_sgd, masked_cross_entropy
+from fedjax_sel.fl.client import ClientResult, cohort_update, local_sgd
 from fedjax_sel.fl.evaluate import evaluate, evaluate_clients
 from fedjax_sel.fl.metrics import rounds_to_accuracy, time_to_accuracy, time_to_loss
 
@@ -25,7 +25,6 @@ __all__ = [
     "fedavg",
     "hierarchical",
     "local_sgd",
-    "masked_cross_entropy",
     "rounds_to_accuracy",
     "time_to_accuracy",
     "time_to_loss",

@@ -32,6 +32,7 @@ import optax
 from jax import lax
 
 from fedjax_sel import validation
+from models import losses
 
 Params = Any
 
@@ -64,19 +65,6 @@ class ClientResult(NamedTuple):
 ClientUpdate = Callable[
     [Params, chex.Array, chex.Array, chex.Array, chex.Array, chex.PRNGKey], ClientResult
 ]
-
-
-def masked_cross_entropy(logits: chex.Array, labels: chex.Array, mask: chex.Array) -> chex.Array:
-    """Mean softmax cross-entropy over the rows where `mask` holds (0 if none).
-
-    Args:
-      logits: f32[B, C].
-      labels: int32[B].
-      mask: bool[B] or f32[B], real examples.
-    """
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    mask = mask.astype(losses.dtype)
-    return jnp.sum(losses * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
 def _uniform_per_position(key: chex.PRNGKey, size: int) -> chex.Array:
@@ -153,7 +141,7 @@ def local_sgd(
         starts fresh at every round.
       loss: `(logits f32[B, C], labels int32[B], mask f32[B]) -> f32[]`, the masked mean
         loss (e.g. `models.default_loss(name)`, the hinge loss of a linear SVM); None for
-        `masked_cross_entropy`.
+        softmax cross-entropy (`models.losses.softmax_cross_entropy`).
 
     Returns:
       `update(params, x f32[N, n_max, ...], y int32[N, n_max], client int32[],
@@ -179,7 +167,7 @@ def local_sgd(
         raise ValueError(f"optimizer must be an optax.GradientTransformation, got {optimizer!r}.")
 
     if loss is None:
-        loss = masked_cross_entropy
+        loss = losses.softmax_cross_entropy
     elif not callable(loss):
         raise ValueError(f"loss must be callable (logits, labels, mask) -> f32[], got {loss!r}.")
 
