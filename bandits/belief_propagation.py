@@ -197,6 +197,10 @@ def bp_ucb(
 ) -> Selector:
     """BP-UCB (Tong et al. Alg. 2, index eq. 17) with Quick-Init's cold start.
 
+    A client never observed (unavailable in its cold-start slot) has an infinite index
+    until it is: the paper's cold start observes every client, and eq. (17) has no value
+    for a client without observations.
+
     Args:
       num_clients: N >= 2.
       num_selected: K, 1 <= K < N.
@@ -243,6 +247,11 @@ def bp_ucb(
     validation.int_in_range("graph_seed", graph_seed, 0, 2**31 - 1)
     groups_count = num_groups(n, k, uneven)
     if adjacency is None:
+        if distance_km is not None:
+            raise ValueError(
+                "distance_km is used with an adjacency only (the default graph has its own "
+                "distances); pass both, or neither."
+            )
         _, adjacency, distance = client_graph(n, graph_seed)
     else:
         adjacency = np.asarray(adjacency)
@@ -280,6 +289,9 @@ def bp_ucb(
         log_t = jnp.log(jnp.maximum(t, 1).astype(jnp.float32))
         count = jnp.maximum(state.count, 1.0)
         index = state.mean + state.belief / n + mu * jnp.sqrt(log_t / count)  # eq. (17)
+        # A client the cold start missed (unavailable in its slot) has no mean yet: it
+        # ranks first, as an unplayed arm of UCB does, not as one reward of 0.
+        index = jnp.where(state.count > 0, index, jnp.inf)
         # Ties within the tolerance share a value, then a uniformly random order (A10).
         index = jnp.floor(index / tol) if tol > 0 else index
         chosen = ops.masked_top_k(index, inp.available, k, key)

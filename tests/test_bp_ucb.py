@@ -227,6 +227,28 @@ def test_bp_ucb_selects_k_clients_and_moves_only_their_statistics(mode):
     assert sorted(cold) == list(range(n))  # the cold start: every client once
 
 
+def test_a_client_the_cold_start_missed_ranks_first_until_observed():
+    # Client 3 is unavailable in its cold-start slot; the others' opinions are 0.8,
+    # which an index of one reward of 0 could never beat (mu = 0.01). It is selected in
+    # the first slot after the cold start; observed (its opinion 0), it leaves the front.
+    n, k = 20, 5
+    selector = bp.bp_ucb(n, k)
+    select, update = jax.jit(selector.select), jax.jit(selector.update)
+    state = selector.init(jax.random.PRNGKey(0))
+    available = np.ones(n, bool)
+    available[3] = False
+    for t in range(1, n // k + 3):
+        inp = RoundInput(t=jnp.int32(t), available=jnp.asarray(available | (t > n // k)))
+        decision, state = select(state, inp, jax.random.PRNGKey(t))
+        chosen = np.asarray(decision.selected)
+        if t == n // k + 1:
+            assert chosen[3] and state.count[3] == 0
+        elif t > n // k + 1:
+            assert not chosen[3]
+        state = update(state, decision, _feedback(jnp.full((n,), 0.8).at[3].set(0.0)))
+    assert state.count[3] == 1
+
+
 def test_bad_input_is_refused():
     adjacency = np.zeros((6, 6), bool)
     adjacency[0, 1] = adjacency[1, 0] = adjacency[2, 3] = adjacency[3, 2] = True
@@ -240,3 +262,5 @@ def test_bad_input_is_refused():
         bp.bp_ucb(6, 2, damping=1.0)
     with pytest.raises(ValueError, match="bp_tolerance"):
         bp.bp_ucb(6, 2, bp_tolerance=-1e-6)
+    with pytest.raises(ValueError, match="distance_km is used with an adjacency only"):
+        bp.bp_ucb(6, 2, distance_km=np.ones((6, 6)))
