@@ -53,10 +53,20 @@ def round_robin(num_clients: int, num_selected: int) -> Selector:
     """
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
+    # (t - 1) k mod N without overflowing int32 at long horizons: bit b of (t - 1) mod N
+    # weighs 2^b k mod N, and the weights are summed mod N (uint32: below 2N < 2^32).
+    weights = [(k << b) % n for b in range(max(n - 1, 1).bit_length())]
+
+    def block_start(t):
+        rest = ((t - 1) % n).astype(jnp.uint32)
+        total = jnp.uint32(0)
+        for b, weight in enumerate(weights):
+            total = (total + ((rest >> b) & 1) * jnp.uint32(weight)) % jnp.uint32(n)
+        return total.astype(jnp.int32)
 
     def select(inp, key):
         del key
-        offset = ((inp.t - 1) * k) % n
+        offset = block_start(inp.t)
         in_block = (jnp.arange(n) - offset) % n < k
         block = (offset + jnp.arange(k)) % n
         return Decision(in_block & inp.available, indices=jnp.where(inp.available[block], block, n))

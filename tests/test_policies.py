@@ -43,6 +43,22 @@ def test_round_robin_schedule_is_exact():
     assert got == [[0, 1], [2, 3], [0, 4], [1, 2], [3, 4]]
 
 
+@pytest.mark.parametrize("n, k", [(10, 3), (1000, 1000), (999_983, 65_537), (1, 1)])
+def test_round_robin_block_starts_at_t_minus_1_times_k_mod_n_at_any_horizon(n, k):
+    # Python's integers against the jitted block's first place, across the rounds where
+    # (t - 1) k passes 2^31 (where int32 arithmetic wrapped and the cycle jumped).
+    sel = bandits.round_robin(n, k)
+    start = jax.jit(
+        jax.vmap(lambda t: sel.select((), RoundInput(t=t, available=jnp.ones(n, bool)), None)[0])
+    )
+    edge = 2**31 // k
+    rounds = np.unique(np.r_[1:50, edge - 3 : edge + 4, 2**31 - 5 : 2**31 - 1, 123_456_789])
+    rounds = rounds[(rounds >= 1) & (rounds < 2**31)]
+    got = np.asarray(start(jnp.asarray(rounds, jnp.int32)).indices[:, 0])
+    want = [((int(t) - 1) * k) % n for t in rounds]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_round_robin_leaves_unavailable_slots_empty():
     sel = bandits.round_robin(5, 2)
     inp = RoundInput(t=jnp.int32(1), available=jnp.array([False, True, True, True, True]))
