@@ -316,6 +316,13 @@ def _compressed(n, k, mu, tol, groups_count, horizon, policy) -> Selector:
     sizes = np.prod(binom[comps_np], axis=1)
     if sizes.max() >= 2**31:
         raise ValueError(f"num_selected={k} is too large for the compressed form (K <= 8).")
+    if math.comb(n, k) >= 2**31:
+        # The tied arms are counted in int32 (the draw among them).
+        raise ValueError(
+            f"the compressed form counts the C(num_clients, num_selected) = {math.comb(n, k)} "
+            f"super-arms in int32; it needs fewer than 2^31 (num_clients={n}, "
+            f"num_selected={k})."
+        )
     # bool[K+1, max C(K,m), K]: the r-th m-subset of a group's K places (lexicographic).
     subsets = np.zeros((k + 1, int(binom.max()), k), bool)
     for m in range(k + 1):
@@ -419,7 +426,7 @@ def _compressed(n, k, mu, tol, groups_count, horizon, policy) -> Selector:
             .add(1.0, mode="drop"),
         )
 
-    return Selector(init=init, select=select, update=update)
+    return Selector(init=init, select=select, update=update, max_rounds=horizon)
 
 
 def quick_init_ucb(
@@ -440,8 +447,9 @@ def quick_init_ucb(
       exploration: mu >= 0 of eq. (11) (1 in the paper's experiments; UCB1 is sqrt 2).
       form: "dense" (every super-arm in memory) or "compressed" (spec §8.2; the same
         distribution of selections, for large N). Module docstring.
-      horizon: the compressed form's capacity, >= N/K + 1: it plays at most
-        `horizon` slots (arms played in later slots are not recorded).
+      horizon: the compressed form's capacity, >= N/K + 1: the slots it is defined for
+        (`Selector.max_rounds`; the runners refuse longer runs, since arms played in
+        later slots could not be recorded).
       tolerance: indices within it of the maximum tie (spec A10), >= 0.
       uneven: when K does not divide N, "error", or "fill" (spec A9, dense form only).
       max_arms: the dense form's most super-arms, >= 1.

@@ -83,6 +83,7 @@ def run_trials(
     """
     num_rounds = validation.positive_int("num_rounds", num_rounds)
     num_trials = validation.positive_int("num_trials", num_trials)
+    runner.check_rounds({"policy": selector}, num_rounds)
     devices = tuple(jax.local_devices() if devices is None else devices)
     trials_per_chunk = runner.choose_trials_per_chunk(
         {"policy": selector},

@@ -128,12 +128,16 @@ class Selector(NamedTuple):
       update: `(state, decision, feedback) -> state`.
       privileged: True for selectors that read `RoundInput.oracle` (oracles); the
         runner fills that field for them alone.
+      max_rounds: the most rounds the policy is defined for, where its state has a
+        capacity fixed at construction (the compressed Quick-Init UCB's `horizon`), or
+        None; the runners refuse longer runs (`runner.check_rounds`).
     """
 
     init: Callable[[PRNGKey], PolicyState]
     select: Callable[[PolicyState, RoundInput, PRNGKey], tuple[Decision, PolicyState]]
     update: Callable[[PolicyState, Decision, Feedback], PolicyState]
     privileged: bool = False
+    max_rounds: int | None = None
 
 
 class Env(NamedTuple):

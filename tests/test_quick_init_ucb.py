@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import bandits
+import fedjax_sel
 from bandits import super_arms as qi
 from experiments.tong_trials import run_trials
 from fedjax_sel import envs
@@ -163,6 +164,24 @@ def test_bad_input_is_refused_before_tracing():
         qi.quick_init_ucb(10, 2, form="compressed", horizon=5)
     with pytest.raises(ValueError, match="num_selected must be below"):
         qi.super_arm_ucb(5, 5)
+    # C(72, 8) = 11,969,016,345 arms: their count would wrap in int32.
+    with pytest.raises(ValueError, match="fewer than 2"):
+        qi.quick_init_ucb(72, 8, form="compressed")
+    qi.quick_init_ucb(100, 5, form="compressed")  # 75,287,520 arms
+
+
+def test_the_compressed_form_is_refused_beyond_its_horizon():
+    # Its table of played arms holds horizon - N/K of them: a longer run could not
+    # record the arms of its later slots and would replay them as fresh.
+    selector = qi.quick_init_ucb(6, 2, form="compressed", horizon=10)
+    env = envs.opinion_surrogate(6, 2)
+    for run in (
+        lambda rounds: run_trials(selector, env, rounds, 2),
+        lambda rounds: fedjax_sel.simulate(selector, env, rounds, 2, progress=None),
+    ):
+        with pytest.raises(ValueError, match=r"num_rounds=11 .*'policy'.*max_rounds=10"):
+            run(11)
+    assert run_trials(selector, env, 10, 2).counts.shape == (2, 6)
 
 
 def test_uneven_groups_fill_the_last_group_from_earlier_ones():

@@ -54,6 +54,7 @@ __all__ = [
     "CPU_CHUNK_CLIENT_TRIALS",
     "CPU_CORE_CHUNK_BYTES",
     "CPU_CORE_CHUNK_CLIENT_TRIALS",
+    "check_rounds",
     "choose_trials_per_chunk",
     "cpu_trials_per_chunk",
     "device_block",
@@ -145,6 +146,7 @@ def simulate(
     """
     policies = _checked_policies(policies, env)
     num_rounds = validation.positive_int("num_rounds", num_rounds)
+    check_rounds(policies, num_rounds)
     num_trials = validation.positive_int("num_trials", num_trials)
     seed = validation.seed("seed", seed)
     if rounds_per_chunk is not None:
@@ -276,6 +278,17 @@ def _checked_policies(policies, env: Env) -> dict[str, Selector]:
         if sel.privileged and env.oracle is None:
             raise ValueError(f"policy {name!r} needs env.oracle, which this environment lacks.")
     return dict(policies)
+
+
+def check_rounds(policies: Mapping[str, Selector], num_rounds: int) -> None:
+    """Raises a ValueError naming the first policy defined for fewer than `num_rounds`
+    rounds (`Selector.max_rounds`)."""
+    for name, sel in policies.items():
+        if sel.max_rounds is not None and num_rounds > sel.max_rounds:
+            raise ValueError(
+                f"num_rounds={num_rounds} is more than policy {name!r} is defined for "
+                f"(max_rounds={sel.max_rounds}, e.g. its horizon); build it for {num_rounds}."
+            )
 
 
 def _local_devices(devices, num_trials: int, group: processes.Group) -> list:
