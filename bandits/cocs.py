@@ -100,6 +100,19 @@ def control_function(t: jax.Array, exponent: float, scale: float) -> jax.Array:
     return scale * t**exponent * jnp.log(t)
 
 
+def theory_cubes(horizon: int, alpha: float, context_dim: int) -> int:
+    """h_T = ceil(T^(1 / (3 alpha + D))), the theory's cubes per dimension: the least
+    integer h with h^(3 alpha + D) >= T, exact where T is a power (a float root of
+    T = 10^5 with exponent 5 is 10.000000000000002, whose ceiling would be 11)."""
+    power = 3 * alpha + context_dim
+    h = math.ceil(horizon ** (1.0 / power))
+    while h > 1 and (h - 1) ** power >= horizon:
+        h -= 1
+    while h**power < horizon:
+        h += 1
+    return h
+
+
 def cocs(
     num_clients: int,
     num_selected: int | None = None,
@@ -149,7 +162,7 @@ def cocs(
     if cubes_per_dim is None:
         if horizon is None:
             raise ValueError("cubes_per_dim=None (the theory's h_T) needs horizon, got None.")
-        h = math.ceil(validation.positive_int("horizon", horizon) ** (1.0 / (3 * a + d)))
+        h = theory_cubes(validation.positive_int("horizon", horizon), a, d)
     else:
         h = validation.positive_int("cubes_per_dim", cubes_per_dim)
     z = exploration_exponent(validation.choice("theory", theory, THEORIES), a, d)
