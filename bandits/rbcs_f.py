@@ -128,12 +128,7 @@ def rbcs_f(
     n = validation.positive_int("num_clients", num_clients)
     m = validation.num_selected(num_selected, n)
     v = validation.float_in_range("penalty_weight", penalty_weight, 0.0, float("inf"))
-    beta = validation.float_in_range("fairness_rate", fairness_rate, 0.0, 1.0)
-    if beta * n > m:
-        raise ValueError(
-            f"fairness_rate * num_clients must be at most num_selected (infeasible fairness: "
-            f"at most m of N clients train per round), got {beta} * {n} > {m}."
-        )
+    beta = validation.fairness_rate(fairness_rate, n, m)
     alpha = validation.float_in_range("exploration", exploration, 0.0, float("inf"))
     lam = validation.positive_float("ridge", ridge)
     d = validation.positive_int("context_dim", context_dim)

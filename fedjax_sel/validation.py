@@ -218,6 +218,19 @@ def expected_schedulable(num_selected: int, availability) -> float:
     return float(np.minimum(np.arange(dist.size), num_selected) @ dist)
 
 
+def fairness_rate(value, num_clients: int, num_selected: int) -> float:
+    """beta in [0, 1] with beta N <= m (up to float rounding: 0.14 x 50 = 7 is allowed):
+    no policy can select every client more often than m of N per round (Huang et al.'s
+    constraint 4)."""
+    beta = float_in_range("fairness_rate", value, 0.0, 1.0)
+    if beta * num_clients > num_selected * (1.0 + 1e-9):
+        raise ValueError(
+            f"fairness_rate * num_clients must be at most num_selected (at most m of N "
+            f"clients train per round), got {beta} * {num_clients} > {num_selected}."
+        )
+    return beta
+
+
 def check_fairness(fairness, num_selected: int, availability) -> np.ndarray:
     """Validates fairness targets c (eq. 6) against what any policy can schedule.
 

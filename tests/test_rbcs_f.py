@@ -422,6 +422,16 @@ def test_environment_rejects_bad_arguments(kwargs, match):
         envs.exchange_time(**kwargs)
 
 
+def test_a_fairness_rate_of_exactly_m_over_n_is_accepted():
+    # 0.14 * 50 = 7.000000000000001 in floats: beta N = m is feasible (round robin meets
+    # it) and is not refused; the next float above m / N of any consequence is.
+    assert bandits.rbcs_f(50, 7, fairness_rate=0.14) is not None
+    assert envs.exchange_time(50, 7, fairness_rate=0.14).num_clients == 50
+    for make in (bandits.rbcs_f, envs.exchange_time):
+        with pytest.raises(ValueError, match="fairness_rate \\* num_clients"):
+            make(50, 7, fairness_rate=0.1401)
+
+
 def test_fedcs_rejects_bad_arguments():
     truth = envs.true_coefficients()
     with pytest.raises(ValueError, match="deadline_s"):

@@ -153,12 +153,7 @@ def exchange_time(
     n = validation.positive_int("num_clients", num_clients)
     m = validation.num_selected(num_selected, n)
     process = availability_lib.resolve(availability, n)
-    beta = validation.float_in_range("fairness_rate", fairness_rate, 0.0, 1.0)
-    if beta * n > m:
-        raise ValueError(
-            f"fairness_rate * num_clients must be at most num_selected (no policy can give "
-            f"every client a rate above m/N), got {beta} * {n} > {m}."
-        )
+    beta = validation.fairness_rate(fairness_rate, n, m)
     size = validation.positive_float("model_size_mb", model_size_mb)
     b_low, b_high = validation.real_interval("bandwidth_mhz", bandwidth_mhz, 0.0, low_open=True)
     mu_low, mu_high = validation.real_interval("cpu_ratio", cpu_ratio, 0.0, low_open=True)
