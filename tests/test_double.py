@@ -35,6 +35,18 @@ def test_from_int32_is_exact():
     np.testing.assert_array_equal(double.to_float64(got), x.astype(np.float64))
 
 
+def test_sum_int27_is_exact_where_an_int32_sum_wraps():
+    # Sums of up to 2^20 terms in [0, 2^27), up to about 2^47: float64 holds them exactly.
+    rng = np.random.default_rng(0)
+    for size, high in [(1, 2**27), (1000, 2**27), (2**20, 2**27), (2**20, 2), (7, 512)]:
+        x = rng.integers(0, high, size, dtype=np.int64).astype(np.int32)
+        got = double.to_float64(np.asarray(jax.jit(double.sum_int27)(x)))
+        assert got == float(x.astype(np.int64).sum()), (size, high)
+    x = np.full(2**20, 2**27 - 1, np.int32)
+    assert double.to_float64(np.asarray(double.sum_int27(x))) == 2**20 * (2**27 - 1)
+    assert int(jnp.sum(jnp.asarray(x))) != 2**20 * (2**27 - 1)  # what int32 made of it
+
+
 def test_square_is_exact_to_2_pow_minus_46():
     x = _values(2, 10_000)
     # A double-f32 number with a low part: x + x / 3 rounded, and its f32 error.

@@ -86,6 +86,31 @@ def test_running_sums_stay_exact_beyond_f32_integers():
     assert (t**2 > 2**24).any()
 
 
+@pytest.mark.parametrize("use_places", [False, True])
+def test_squares_stay_exact_where_a_rounds_increment_passes_2_pow_31(use_places):
+    # 20,000 clients, each selected 60,000 times before, all of them again: the round
+    # adds 20,000 x 120,001 = 2,400,020,000 > 2^31 to the sum of squares (an int32 sum
+    # wrapped, and Jain's index of equal counts came out far above 1).
+    n, c = 20_000, 60_000.0
+    start = metrics.Selections(
+        jnp.float32(n),
+        jnp.full((n,), c, jnp.float32),
+        jnp.asarray([n * c, 0.0], jnp.float32),
+        jnp.asarray(np.float32([n * c * c, n * c * c - np.float64(np.float32(n * c * c))])),
+    )
+    everyone = jnp.ones((n,), bool)
+    decision = Decision(everyone, indices=jnp.arange(n) if use_places else None)
+    after = jax.jit(metrics.count_selections)(start, decision)
+    want = double_value(start.squares) + n * (2 * c + 1)
+    assert double_value(after.squares) == want == n * (c + 1) ** 2
+    assert double_value(after.total) == n * (c + 1)
+    assert after.jain_index == pytest.approx(1.0, rel=1e-6)
+
+
+def double_value(x):
+    return float(np.asarray(x, np.float64).sum())
+
+
 @pytest.mark.parametrize("num_selected", [None, 2, K])
 def test_violations_checked_at_places_equal_those_of_masks(num_selected):
     masks, places = _decisions(3, num_places=K + 2, size_high=K + 2)

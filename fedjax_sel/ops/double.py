@@ -52,6 +52,18 @@ def from_int32(x: chex.Array) -> chex.Array:
     return jnp.stack([hi, (x - hi.astype(jnp.int32)).astype(jnp.float32)], -1)
 
 
+def sum_int27(x: chex.Array) -> chex.Array:
+    """The sum of int32[n] x in [0, 2^27), n < 2^21, as a double-f32 number f32[2],
+    exactly: three 9-bit fields of x summed in int32 (none overflows), each added at its
+    scale. A sum in int32 alone wraps once it reaches 2^31 (`from_int32` is exact below
+    2^30)."""
+    total = from_int32(jnp.int32(0))
+    for shift in (18, 9, 0):
+        field = from_int32(jnp.sum((x >> shift) & 511))
+        total = add(total, field * np.float32(2.0**shift))
+    return total
+
+
 def _split(x: chex.Array) -> tuple[chex.Array, chex.Array]:
     """x = head + tail exactly, each with at most 12 significant bits, so that the product
     of any two such parts is exact in f32."""
