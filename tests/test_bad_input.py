@@ -377,6 +377,7 @@ SIMULATE_CASES: list[tuple[dict, str]] = [
     ({"seed": True}, "seed"),
     ({"num_rounds": 0}, "num_rounds"),
     ({"num_rounds": 2.0}, "num_rounds"),
+    ({"num_rounds": 2**24 + 1}, "num_rounds"),
     ({"num_trials": 0}, "num_trials"),
     ({"num_trials": None}, "num_trials"),
     ({"rounds_per_chunk": 0}, "rounds_per_chunk"),  # was: silently all rounds at once
@@ -392,6 +393,9 @@ SIMULATE_CASES: list[tuple[dict, str]] = [
     ({"checkpoint_dir": ""}, "checkpoint_dir"),
     ({"progress": 3}, "progress"),  # was: TypeError after the first chunk
     ({"config": {"array": np.zeros(2)}}, "config"),
+    ({"config": [1, 2]}, "config"),  # was: TypeError
+    ({"config": {"x": float("nan")}}, "config"),  # was: a checkpoint never resumed
+    ({"devices": jax.devices()[:1] * 2}, "devices"),  # was: AssertionError inside JAX
     ({"policies": {}}, "policies"),
     ({"policies": {"ucb": "ucb"}}, "policies"),
     ({"env": "bernoulli"}, "env"),

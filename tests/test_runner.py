@@ -150,6 +150,21 @@ def test_checkpoint_whose_carry_is_not_this_codes_is_refused(tmp_path):
         _run(**chunked)
 
 
+def test_a_config_with_tuples_and_integer_keys_resumes_its_own_checkpoint(tmp_path):
+    # The checkpoint keeps the config as JSON reads it back; the run's config is taken
+    # the same way, so the same run resumes (it was refused as "differs in config").
+    def interrupt(policy, done, total):
+        raise KeyboardInterrupt
+
+    config = {"means_range": (0.2, 0.8), 3: "three"}
+    chunked = dict(rounds_per_chunk=9, checkpoint_dir=str(tmp_path), config=config)
+    with pytest.raises(KeyboardInterrupt):
+        _run(progress=interrupt, **chunked)
+    resumed = _run(**chunked)
+    _assert_identical(_run(), resumed)
+    assert resumed.config["config"] == {"means_range": [0.2, 0.8], "3": "three"}
+
+
 def test_checkpoint_from_another_configuration_is_refused(tmp_path):
     _run(num_rounds=5, checkpoint_dir=str(tmp_path))
     with pytest.raises(ValueError, match="holds a different run.*differs in num_rounds"):

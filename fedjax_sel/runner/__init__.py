@@ -90,7 +90,7 @@ def simulate(
       policies: a `Selector`, or a mapping from names to selectors, compared on the
         same environment draws (common random numbers).
       env: the environment.
-      num_rounds: T >= 1.
+      num_rounds: T in [1, 2^24] (the selection counts are f32).
       num_trials: M >= 1.
       seed: the seed of every random stream, an integer in [0, 2^32) (see
         `runner.programs`).
@@ -114,7 +114,8 @@ def simulate(
         (`runner.checkpoints`). Policies added to or removed from the mapping do not
         disturb the others' files.
       config: JSON-serialisable description of the run (env and policy parameters),
-        kept in the results and compared on resume.
+        kept in the results as JSON reads it back (tuples as lists, keys as strings)
+        and compared on resume.
       progress: called as `progress(policy, trial_rounds_done, trial_rounds_total)`
         after every chunk; None for silence.
       devices: devices to shard the trial axis over, at most one per trial; None uses
@@ -145,7 +146,8 @@ def simulate(
       type and traceback (and, on Python >= 3.11, a note naming the policy).
     """
     policies = _checked_policies(policies, env)
-    num_rounds = validation.positive_int("num_rounds", num_rounds)
+    # Selection counts are f32, exact up to 2^24 (metrics.Selections).
+    num_rounds = validation.int_in_range("num_rounds", num_rounds, 1, 2**24)
     check_rounds(policies, num_rounds)
     num_trials = validation.positive_int("num_trials", num_trials)
     seed = validation.seed("seed", seed)
@@ -162,16 +164,20 @@ def simulate(
         isinstance(devices, (str, bytes))
         or not devices
         or not all(isinstance(d, jax.Device) for d in devices)
+        or len(set(devices)) != len(devices)
     ):
         raise ValueError(
-            f"devices must be a non-empty list of jax devices (e.g. jax.devices()), got "
-            f"{devices!r}."
+            f"devices must be a non-empty list of distinct jax devices (e.g. jax.devices()), "
+            f"got {devices!r}."
         )
-    config = dict(config or {})
+    if config is not None and not isinstance(config, Mapping):
+        raise ValueError(f"config must be a mapping (a dict) or None, got {config!r}.")
     try:
-        json.dumps(config)
-    except TypeError as e:
-        raise ValueError(f"config must be JSON-serialisable: {e}") from None
+        # As a checkpoint stores it (tuples as lists, keys as strings), so that the same
+        # run's config compares equal on resume.
+        config = json.loads(json.dumps(dict(config or {}), allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"config must be JSON-serialisable, without NaN or inf: {e}") from None
     group = processes.current()
     devices = _local_devices(devices, num_trials, group)
     # A chunk spans the devices of every process.
