@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
+import io
 import json
+import os
 import platform
+from collections.abc import Callable
 
 import numpy as np
 
@@ -52,6 +56,19 @@ def _pandas():
     return pandas
 
 
+def _write_in_place(path: str, write: Callable, mode: str, **kwargs) -> None:
+    """Calls `write(file)` on `<path>.tmp`, then renames it to `path`: a reader finds the
+    earlier file or the whole new one."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, mode, **kwargs) as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 @dataclasses.dataclass
 class Results:
     """What `fedjax_sel.simulate` returns.
@@ -85,9 +102,13 @@ class Results:
         return int(self.config["num_rounds"])
 
     def curve(self, policy: str, metric: str) -> tuple[np.ndarray, np.ndarray]:
-        """(mean f64[T], 95% half-width f64[T]) of a metric's mean over trials."""
-        c = self.curves[policy][metric]
-        return c["mean"], Z95 * c["std"] / np.sqrt(self.num_trials)
+        """(mean f64[T], 95% half-width f64[T]) of a metric's mean over trials: the
+        sample std (the stored population std times sqrt(M / (M - 1))), as `final`'s;
+        NaN for one trial."""
+        c, m = self.curves[policy][metric], self.num_trials
+        if m < 2:
+            return c["mean"], np.full_like(c["std"], np.nan)
+        return c["mean"], Z95 * c["std"] * np.sqrt(m / (m - 1)) / np.sqrt(m)
 
     def final(self, policy: str, total: str = "cumulative_regret") -> tuple[float, float]:
         """(mean, 95% half-width) over trials of a per-trial total."""
@@ -188,17 +209,23 @@ class Results:
             (".csv", self.curve_columns()),
             ("_totals.csv", self.total_columns()),
         ):
-            with open(path + suffix, "w", newline="") as f:
+            cells = [
+                [repr(float(v)) if isinstance(v, np.floating) else str(v) for v in column]
+                for column in columns.values()
+            ]
+
+            def write(f, columns=columns, cells=cells):
                 writer = csv.writer(f)
                 writer.writerow(columns)
-                cells = [
-                    [repr(float(v)) if isinstance(v, np.floating) else str(v) for v in column]
-                    for column in columns.values()
-                ]
                 writer.writerows(zip(*cells, strict=True))
 
+            _write_in_place(path + suffix, write, "w", newline="")
+
     def save(self, path: str) -> None:
-        """Writes `<path>.npz` and `<path>.json`."""
+        """Writes `<path>.npz`, then `<path>.json`, each whole or not at all (written
+        beside and renamed into place), the `.json` holding the `.npz`'s SHA-256: an
+        interrupted save leaves the earlier pair, or a new `.npz` that `load` refuses
+        beside the earlier `.json`, never a file half written."""
         arrays = {}
         for policy in self.policies:
             for metric, c in self.curves[policy].items():
@@ -207,9 +234,13 @@ class Results:
             for total, x in self.totals[policy].items():
                 arrays[f"total/{policy}/{total}"] = x
             arrays[f"fraction/{policy}"] = self.selection_fraction[policy]
-        np.savez_compressed(path + ".npz", **arrays)
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        npz = buffer.getvalue()
+        _write_in_place(path + ".npz", lambda f: f.write(npz), "wb")
         meta = {
             "format": FORMAT,
+            "npz_sha256": hashlib.sha256(npz).hexdigest(),
             "config": self.config,
             "created": self.created,
             "versions": self.versions,
@@ -217,8 +248,7 @@ class Results:
             "metrics": {p: list(self.curves[p]) for p in self.policies},
             "totals": {p: list(self.totals[p]) for p in self.policies},
         }
-        with open(path + ".json", "w") as f:
-            json.dump(meta, f, indent=1)
+        _write_in_place(path + ".json", lambda f: json.dump(meta, f, indent=1), "w")
 
     @classmethod
     def load(cls, path: str) -> Results:
@@ -226,10 +256,14 @@ class Results:
 
         Raises:
           ValueError: naming the version that wrote the files, if they are of a newer
-            format or lack what their format holds.
+            format or lack what their format holds; naming the files, if the `.json`
+            cannot be read or was written with another `.npz` (an interrupted save).
         """
-        with open(path + ".json") as f:
-            meta = json.load(f)
+        try:
+            with open(path + ".json") as f:
+                meta = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}.json cannot be read as JSON ({e}).") from None
         versions = meta.get("versions", {}) if isinstance(meta, dict) else {}
         wrote = f"fedjax-sel {versions.get('fedjax_sel', '0.1.0 or earlier')}"
         fmt = meta.get("format", 1) if isinstance(meta, dict) else None
@@ -241,6 +275,14 @@ class Results:
                 f"{fedjax_sel.__version__} reads formats up to {FORMAT}: load it with a newer "
                 f"fedjax-sel."
             )
+        want = meta.get("npz_sha256")
+        if want is not None:
+            with open(path + ".npz", "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != want:
+                    raise ValueError(
+                        f"{path}.npz is not the one {path}.json was saved with (a save "
+                        "interrupted between the two files?): save the results again."
+                    )
         try:
             return cls._read(path, meta)
         except KeyError as e:

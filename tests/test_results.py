@@ -1,6 +1,7 @@
 """`Results` on hand-built values: `growth_exponent`, the tables, saving and loading."""
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -96,7 +97,20 @@ def test_ci_is_the_95_percent_half_width():
     frame = res.to_dataframe()
     row = frame[(frame.policy == "random") & (frame.metric == "reward")].iloc[2]
     std = res.curves["random"]["reward"]["std"][2]
-    assert row["ci"] == results_lib.Z95 * std / np.sqrt(3)
+    # The stored std is the population's; the half-width takes the sample std, as the
+    # per-trial totals' does (`final`, ddof=1), so the band at the last round of a
+    # cumulative metric equals the total's.
+    assert row["ci"] == pytest.approx(results_lib.Z95 * std * np.sqrt(3 / 2) / np.sqrt(3))
+    values = np.array([1.0, 2.0, 4.0])
+    one = Results(
+        config={"num_trials": 3, "num_rounds": 1},
+        curves={"p": {"x": {"mean": values.mean(keepdims=True), "std": values.std(keepdims=True)}}},
+        totals={"p": {"x": values}},
+        selection_fraction={"p": np.ones(1)},
+    )
+    assert one.curve("p", "x")[1][0] == pytest.approx(one.final("p", "x")[1])
+    one.config["num_trials"] = 1
+    assert np.isnan(one.curve("p", "x")[1][0])
 
 
 def _save(tmp_path, edit=None):
@@ -110,6 +124,33 @@ def _save(tmp_path, edit=None):
         with open(path + ".json", "w") as f:
             json.dump(meta, f)
     return res, path
+
+
+def test_an_interrupted_save_never_leaves_mixed_or_half_written_files(tmp_path, monkeypatch):
+    earlier, path = _save(tmp_path)
+    later = _two_policies()
+    later.config["seed"] = 1
+    later.totals["ucb"]["failures"] = later.totals["ucb"]["failures"] + 1.0
+
+    def interrupted(meta, f, **kwargs):
+        f.write('{"format": 2, "conf')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results_lib.json, "dump", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        later.save(path)
+    monkeypatch.undo()
+    # The new .npz is in place, the earlier .json whole: refused, not read as one run.
+    assert sorted(os.listdir(tmp_path)) == ["results.json", "results.npz"]
+    with pytest.raises(ValueError, match="results.npz is not the one .*results.json"):
+        Results.load(path)
+    later.save(path)
+    assert Results.load(path).config == later.config
+    with open(path + ".json", "w") as f:
+        f.write('{"format": 2, "conf')
+    with pytest.raises(ValueError, match="results.json cannot be read"):
+        Results.load(path)
+    assert earlier.config != later.config
 
 
 def test_a_file_without_format_from_the_first_version_loads(tmp_path):
