@@ -5,7 +5,9 @@ Every factory of a registry is called as `factory(num_clients, num_selected, **k
 on import, not in a user's sweep), and `Registry.make` checks a call's keyword arguments
 against the factory's signature before calling it, so that a misspelt hyper-parameter is
 a `ValueError` naming the entry and its parameters, while an error raised inside a
-factory keeps its own traceback.
+factory keeps its own traceback. An entry whose factory imports its module on call
+names the function it calls (`signature_of`), whose signature is checked; the options a
+variant binds (`cpow_d`'s `variant`) are its name's and cannot be passed again.
 """
 
 from __future__ import annotations
@@ -26,9 +28,24 @@ class Registry(Mapping):
     def __init__(self, kind: str):
         self.kind = kind
         self._factories: dict[str, Callable[..., Any]] = {}
+        self._signatures: dict[str, Callable[[], inspect.Signature]] = {}
 
-    def register(self, name: str, factory: Callable[..., Any], **fixed: Any) -> None:
+    def register(
+        self,
+        name: str,
+        factory: Callable[..., Any],
+        signature_of: Callable[[], Callable[..., Any]] | None = None,
+        **fixed: Any,
+    ) -> None:
         """Adds `factory` under `name`, with keyword arguments `fixed` bound (a variant).
+
+        Args:
+          name: an identifier.
+          factory: `(num_clients, num_selected, **kwargs) -> entry`.
+          signature_of: None, or `() -> function` whose signature `factory` has, for a
+            factory that takes `**kwargs` and passes them on to a function it imports
+            when called; called when the entry's arguments are first checked.
+          **fixed: keyword arguments bound to `factory`; `make` refuses them.
 
         Raises:
           ValueError: `name` is taken or not an identifier, or `factory` (with `fixed`
@@ -51,9 +68,18 @@ class Registry(Mapping):
             ) from None
         self._factories[name] = factory
 
+        @functools.cache
+        def signature() -> inspect.Signature:
+            full = inspect.signature(factory if signature_of is None else signature_of())
+            kept = [p for p in full.parameters.values() if p.name not in fixed]
+            return full.replace(parameters=kept)
+
+        self._signatures[name] = signature
+
     def parameters(self, name: str) -> list[str]:
         """The keyword arguments that entry `name` accepts, beyond the two sizes."""
-        params = list(inspect.signature(self[name]).parameters.values())[2:]
+        self[name]  # raises on an unknown name
+        params = list(self._signatures[name]().parameters.values())[2:]
         return [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
 
     def make(self, name: str, num_clients: int, num_selected: int, **kwargs: Any) -> Any:
@@ -61,11 +87,11 @@ class Registry(Mapping):
 
         Raises:
           ValueError: `name` is unknown, or `kwargs` holds an argument the entry does
-            not take (checked before the factory runs).
+            not take, or one its variant binds (checked before the factory runs).
         """
         factory = self[name]
         try:
-            inspect.signature(factory).bind(num_clients, num_selected, **kwargs)
+            self._signatures[name]().bind(num_clients, num_selected, **kwargs)
         except TypeError as e:
             raise ValueError(
                 f"{self.kind} {name!r} takes {', '.join(self.parameters(name)) or 'no options'}; "

@@ -58,7 +58,9 @@ _TRIALS_PER_CHUNK = flags.DEFINE_integer(
 _ROUNDS_PER_CHUNK = flags.DEFINE_integer(
     "rounds_per_chunk", None, "Rounds per compiled call (progress, checkpoints); default T/10."
 )
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", "out/sweep", "Where results and figures go.")
+_OUTPUT_DIR = flags.DEFINE_string(
+    "output_dir", "out/sweep", "Where results and figures go; empty to write nothing."
+)
 _CACHE_DIR = compilation_cache.define_flag()
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed",
@@ -141,10 +143,13 @@ def main(argv):
     print(f"After {results.num_rounds} rounds, mean over {results.num_trials} trials +- 95% CI:")
     print(results.table())
     print()
-    print(
-        f"wrote {_OUTPUT_DIR.value}/results.npz, results.json, results.csv, "
-        f"results_totals.csv and the figure"
-    )
+    if _OUTPUT_DIR.value:
+        print(
+            f"wrote {_OUTPUT_DIR.value}/results.npz, results.json, results.csv, "
+            f"results_totals.csv and the figure"
+        )
+    else:
+        print("wrote nothing (--output_dir is empty)")
     print(compilation_cache.summary(cache))
     print(f"total time {time.perf_counter() - start:.1f} s")
 

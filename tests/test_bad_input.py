@@ -55,6 +55,8 @@ GENERIC = [
     ({"num_clients": "12"}, "num_clients"),
     ({"num_clients": True}, "num_clients"),
     ({"num_selected": 2.5}, "num_selected"),
+    # Also where the factory imports its module on call (was: TypeError from it).
+    ({"misspelt_option": 1}, "misspelt_option"),
 ]
 
 SPECIFIC = [
@@ -110,6 +112,13 @@ SPECIFIC = [
     ("env", "wireless_latency", {"geometry_seed": 2**32 + 1}, "geometry_seed"),
     ("env", "wireless_latency", {"geometry_seed": -1}, "geometry_seed"),
     ("env", "wireless_latency", {"per_client_metrics": None}, "per_client_metrics"),
+]
+
+# What a variant binds is its name's (was: silently overridden, cpow_d running pow-d).
+SPECIFIC += [
+    ("policy", "cpow_d", {"variant": "pow-d"}, "variant"),
+    ("policy", "thompson_gaussian", {"prior": "beta"}, "prior"),
+    ("env", "fl_fa", {"analytics": "da"}, "analytics"),
 ]
 
 REGISTRIES = {"policy": bandits.REGISTRY, "env": envs.REGISTRY}
@@ -298,6 +307,7 @@ CLI_CASES = [
     ("launch.sweep", ["--output_dir=afile"], "output_dir='afile' is an existing file"),
     ("launch.sweep", ["--output_dir=afile/sub"], "which is a file"),
     ("launch.sweep", ["extra"], "unexpected arguments"),
+    ("launch.sweep", ["--env=training", "--env_option=bogus=1"], "bogus"),
     ("launch.reproduce", ["--paper=xia", "--figure=1", "--num_trials=0"], "num_trials"),
     ("launch.reproduce", ["--paper=xia", "--figure=1", "--num_rounds=-1"], "num_rounds"),
     ("launch.reproduce", ["--paper=xia", "--figure=1", "--seed=4294967297"], "seed"),

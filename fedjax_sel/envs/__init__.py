@@ -59,15 +59,11 @@ def _training(num_clients, num_selected, **parameters):
     return _load("training_env").training(num_clients, num_selected, **parameters)
 
 
-def _fl_fa(num_clients, num_selected, **parameters):
-    """Tong et al.'s FL&FA slots (`fedjax_sel.envs.goal_directed.goal_directed`, the set
-    reward), imported on call; without `data` and `model` on `goal_directed_task`."""
-    return _load("goal_directed").goal_directed(num_clients, num_selected, "fa", **parameters)
-
-
-def _fl_da(num_clients, num_selected, **parameters):
-    """Tong et al.'s FL&DA slots (each client's own opinion), imported on call."""
-    return _load("goal_directed").goal_directed(num_clients, num_selected, "da", **parameters)
+def _goal_directed(num_clients, num_selected, **parameters):
+    """Tong et al.'s slots (`fedjax_sel.envs.goal_directed.goal_directed`), imported on
+    call: "fl_fa" (the set reward) and "fl_da" (each client's own opinion); without
+    `data` and `model` on `goal_directed_task`."""
+    return _load("goal_directed").goal_directed(num_clients, num_selected, **parameters)
 
 
 REGISTRY = Registry("environment")
@@ -76,12 +72,16 @@ REGISTRY.register("beta", beta)
 REGISTRY.register("devices", devices.devices)
 REGISTRY.register("dfl_delay", dfl_delay)
 REGISTRY.register("exchange_time", exchange_time)
-REGISTRY.register("fl_da", _fl_da)
-REGISTRY.register("fl_fa", _fl_fa)
+REGISTRY.register(
+    "fl_da", _goal_directed, lambda: _load("goal_directed").goal_directed, analytics="da"
+)
+REGISTRY.register(
+    "fl_fa", _goal_directed, lambda: _load("goal_directed").goal_directed, analytics="fa"
+)
 REGISTRY.register("gaussian", gaussian)
 REGISTRY.register("hierarchical", hierarchical)
 REGISTRY.register("opinion_surrogate", opinion_surrogate)
-REGISTRY.register("training", _training)
+REGISTRY.register("training", _training, lambda: _load("training_env").training)
 REGISTRY.register("wireless_latency", wireless_latency)
 
 
