@@ -44,13 +44,13 @@ Counts include failures (spec A5); equal estimates are broken uniformly at rando
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from bandits import edge_inputs
+from bandits.dfl_ccmab import grid_size
 from fedjax_sel import validation
 from fedjax_sel.ops import assignment, where_needed
 from fedjax_sel.types import Selector
@@ -98,19 +98,6 @@ def control_function(t: jax.Array, exponent: float, scale: float) -> jax.Array:
     """K(t) = scale t^z log t (natural log; K(1) = 0), f32[]."""
     t = jnp.asarray(t, jnp.float32)
     return scale * t**exponent * jnp.log(t)
-
-
-def theory_cubes(horizon: int, alpha: float, context_dim: int) -> int:
-    """h_T = ceil(T^(1 / (3 alpha + D))), the theory's cubes per dimension: the least
-    integer h with h^(3 alpha + D) >= T, exact where T is a power (a float root of
-    T = 10^5 with exponent 5 is 10.000000000000002, whose ceiling would be 11)."""
-    power = 3 * alpha + context_dim
-    h = math.ceil(horizon ** (1.0 / power))
-    while h > 1 and (h - 1) ** power >= horizon:
-        h -= 1
-    while h**power < horizon:
-        h += 1
-    return h
 
 
 def cocs(
@@ -162,7 +149,8 @@ def cocs(
     if cubes_per_dim is None:
         if horizon is None:
             raise ValueError("cubes_per_dim=None (the theory's h_T) needs horizon, got None.")
-        h = theory_cubes(validation.positive_int("horizon", horizon), a, d)
+        # Chen et al.'s G_T, the same rule (exact where T is a power).
+        h = grid_size(horizon, a, d)
     else:
         h = validation.positive_int("cubes_per_dim", cubes_per_dim)
     z = exploration_exponent(validation.choice("theory", theory, THEORIES), a, d)
