@@ -110,13 +110,19 @@ def grid_index(context: chex.Array, grid: int) -> chex.Array:
     """int32[K]: flat grid cell of each context, sum_i g_i G^{D-1-i} (Sec. 5.1).
 
     Each dimension of [0, 1] is cut into `grid` equal parts; coordinate i is
-    g_i = min(floor(x_i G), G - 1), so x_i = 1 falls in the last part.
+    g_i = min(floor(x_i G), G - 1), so x_i = 1 falls in the last part. A coordinate
+    within a relative 1e-6 below a part's lower edge counts in that part: the
+    environment's contexts I / I_max and D / D_max that lie on an edge come out of XLA
+    one rounding below it (a division by a constant is a product with its reciprocal:
+    1111 / 3333 gives 0.33333331, 1/3 rounded is 0.33333334), and a ratio of integers up
+    to 10^5 that is not on an edge lies farther from it than that.
 
     Args:
       context: f32[K, D] in [0, 1].
       grid: G >= 1.
     """
-    coords = jnp.clip(jnp.floor(context * grid).astype(jnp.int32), 0, grid - 1)
+    scaled = context * grid * jnp.float32(1.0 + 1e-6)
+    coords = jnp.clip(jnp.floor(scaled).astype(jnp.int32), 0, grid - 1)
     weights = grid ** jnp.arange(context.shape[-1] - 1, -1, -1, dtype=jnp.int32)
     return jnp.sum(coords * weights, axis=-1)
 

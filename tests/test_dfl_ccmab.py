@@ -56,17 +56,20 @@ def test_grid_index_hand_worked():
     np.testing.assert_array_equal(grid_index(jnp.array([[0.5, 0.7, 0.9]]), 2), [7])
 
 
-@pytest.mark.parametrize("grid", [1, 2, 3, 4, 5, 7, 9])
+@pytest.mark.parametrize("grid", [1, 2, 3, 4, 5, 7, 9, 11, 33])
 def test_grid_index_matches_integer_arithmetic(grid):
-    # The environment's contexts I / 10 and D / 3333 fall in the cell that integer
-    # arithmetic gives, min(I G // 10, G - 1), with no float edge effects.
-    activity, samples = np.meshgrid(np.arange(11), np.arange(1, 3334, 7), indexing="ij")
+    # The environment's contexts I / 10 and D / 3333, divided as `dfl_delay` divides
+    # them (under jit, where XLA multiplies by the reciprocal), fall in the cell that
+    # integer arithmetic gives, min(I G // 10, G - 1), for every I and D: D = 1111 and
+    # 2222 lie on edges at G = 3, 9, 33.
+    activity, samples = np.meshgrid(np.arange(11), np.arange(1, 3334), indexing="ij")
     activity, samples = activity.ravel(), samples.ravel()
-    ctx = np.stack([activity / np.float32(10), samples / np.float32(3333)], -1)
+    context = jax.jit(lambda a, d: jnp.stack([a / 10, d / 3333], -1).astype(jnp.float32))
+    ctx = context(jnp.asarray(activity, jnp.int32), jnp.asarray(samples, jnp.int32))
     expected = np.minimum(activity * grid // 10, grid - 1) * grid + np.minimum(
         samples * grid // 3333, grid - 1
     )
-    np.testing.assert_array_equal(grid_index(jnp.asarray(ctx, jnp.float32), grid), expected)
+    np.testing.assert_array_equal(jax.jit(grid_index, static_argnums=1)(ctx, grid), expected)
 
 
 def _state_with(counts_here, means_here, cells, num_cells):
