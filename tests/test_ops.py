@@ -106,6 +106,22 @@ def test_masked_top_k_orders_floats_totally(impl):
 
 
 @impls
+def test_a_nan_of_either_sign_ranks_above_inf(impl):
+    # XLA's 0/0 and inf - inf on x86 are the NaN 0xFFC00000, sign bit set: it ranks
+    # first, as jnp.nan does (it ranked below -inf), and the two tie.
+    negative_nan = np.array([0xFFC00000], np.uint32).view(np.float32)[0]
+    nan = jax.jit(lambda x: x / x)(jnp.float32(0.0))
+    assert np.isnan(nan) and np.signbit(nan)
+    scores = jnp.array([0.0, negative_nan, -jnp.inf, jnp.inf, 1.0])
+    mask, key = jnp.ones(5, bool), jax.random.PRNGKey(0)
+    top = jax.jit(impl.masked_top_k, static_argnums=2)
+    np.testing.assert_array_equal(np.flatnonzero(top(scores, mask, 1, key)), [1])
+    both = scores.at[0].set(jnp.nan)
+    picks = {int(np.flatnonzero(top(both, mask, 1, jax.random.PRNGKey(s)))[0]) for s in range(40)}
+    assert picks == {0, 1}
+
+
+@impls
 def test_masked_top_k_breaks_ties_uniformly(impl):
     # Six tied clients, two slots: each of the 15 pairs equally often.
     draws = 4500

@@ -9,6 +9,7 @@ import numpy as np
 from jax import lax
 
 _SIGN = np.uint32(0x80000000)
+_QUIET_NAN = np.uint32(0x7FC00000)
 
 
 def order_key(scores: jax.Array, mask: jax.Array) -> jax.Array:
@@ -16,8 +17,10 @@ def order_key(scores: jax.Array, mask: jax.Array) -> jax.Array:
 
     Non-negative floats order like their bit patterns and negative ones in reverse, so
     flipping every bit of a negative float and the sign bit of a non-negative one maps
-    the order of f32 (with -0.0 below +0.0, NaNs beyond the infinities) to the order of
-    unsigned integers. Eligible keys are at least 1: 0 ranks below every eligible client.
+    the order of f32 (with -0.0 below +0.0) to the order of unsigned integers. Every NaN
+    is first made the quiet NaN 0x7FC00000, so that all rank above +inf, equal: the NaN
+    of 0/0 or inf - inf on x86 has its sign bit set, and would rank below -inf. Eligible
+    keys are at least 1: 0 ranks below every eligible client.
 
     Args:
       scores: f32[N] (other float dtypes are cast to f32).
@@ -26,7 +29,9 @@ def order_key(scores: jax.Array, mask: jax.Array) -> jax.Array:
     Returns:
       u32[N], at least 1 inside `mask` and 0 outside.
     """
-    bits = lax.bitcast_convert_type(scores.astype(jnp.float32), jnp.uint32)
+    scores = scores.astype(jnp.float32)
+    bits = lax.bitcast_convert_type(scores, jnp.uint32)
+    bits = jnp.where(jnp.isnan(scores), _QUIET_NAN, bits)
     ordered = jnp.where(bits >= _SIGN, ~bits, bits | _SIGN)
     return jnp.where(mask, jnp.maximum(ordered, jnp.uint32(1)), jnp.uint32(0))
 
