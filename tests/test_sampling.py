@@ -103,6 +103,25 @@ def test_a_bad_buffer_is_refused(spare):
         sampling.gamma(jax.random.PRNGKey(0), jnp.ones(4), spare)
 
 
+def test_parameters_outside_the_domain_give_nan_at_once():
+    # No attempt of them could be accepted: the loop of attempts ran forever (a NaN
+    # reward under jit hung Thompson sampling's sweep). The valid elements keep their
+    # draws, bit for bit.
+    key = jax.random.PRNGKey(3)
+    bad = [jnp.nan, jnp.inf, 0.3, 0.0, -1.0]
+    a = jnp.array([2.0, *bad, 1.0, 3.0])
+    b = jnp.array([5.0, 4.0, 4.0, 4.0, 0.5, 4.0, 4.0, 1.0])
+    for draw, args in (
+        (jax.jit(sampling.gamma), (key, a)),
+        (jax.jit(sampling.beta), (key, a, b)),
+    ):
+        got = np.asarray(draw(*args))
+        assert np.all(np.isnan(got[1:6])) and np.all(np.isfinite(got[[0, 6, 7]])), got
+    valid = jax.jit(sampling.beta)(key, a.at[1:6].set(2.0), b.at[4].set(4.0))
+    np.testing.assert_array_equal(np.asarray(valid)[[0, 6, 7]], got[[0, 6, 7]])
+    assert np.all(np.isnan(np.asarray(jax.jit(sampling.beta)(key, b, a))[[1, 2, 3, 4, 5]]))
+
+
 @pytest.mark.parametrize(
     "a, b",
     [

@@ -210,7 +210,8 @@ def _gamma_attempt(normal_bits, uniform_bits, d, c):
     v = (1.0 + c * x) ** 3
     squeeze = u < 1.0 - 0.0331 * (x * x) * (x * x)
     log_test = jnp.log(u) < 0.5 * x * x + d * (1.0 - v + jnp.log(jnp.maximum(v, 1e-30)))
-    return d * v, (v > 0) & (squeeze | log_test)
+    # A NaN d (a shape outside [1, inf), `gamma`) ends at once, its value NaN.
+    return d * v, ((v > 0) & (squeeze | log_test)) | jnp.isnan(d)
 
 
 def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
@@ -229,8 +230,8 @@ def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
     by default, where further passes over `a` would run until the batch's last element
     is accepted (4 to 5 of them at 10^6 elements).
 
-    For a < 1 the result is not a Gamma draw (the method needs a >= 1; `a` is not
-    checked, being traced).
+    A shape outside [1, inf), or NaN, gives NaN (the method needs a >= 1; `a` is traced,
+    so it is not refused), at once: no attempt of it could be accepted.
 
     Args:
       key: a PRNG key.
@@ -239,7 +240,7 @@ def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
         a = 1, 5% of the elements need it, 98 +- 10 of 2,000), at most the size.
     """
     a = jnp.asarray(a, jnp.float32)
-    d = (a - 1.0 / 3.0).reshape(-1)
+    d = jnp.where((a >= 1.0) & (a < jnp.inf), a - 1.0 / 3.0, jnp.nan).reshape(-1)
     value = _first_accepted(key, _gamma_attempt, (d, lax.rsqrt(9.0 * d)), spare, 16)
     return value.reshape(a.shape)
 
@@ -289,7 +290,8 @@ def _beta_attempt(first_bits, second_bits, a, b):
     cheng = jnp.where(a == p, w, q) / (q + w)
     root = log_u2 / q
     inverse = jnp.where(a == p, -jnp.expm1(root), jnp.exp(root))
-    return jnp.where(p == 1.0, inverse, cheng), (p == 1.0) | accepted
+    # A NaN parameter (outside [1, inf), `beta`) ends at once, its value NaN.
+    return jnp.where(p == 1.0, inverse, cheng), (p == 1.0) | accepted | jnp.isnan(p)
 
 
 def beta(key: jax.Array, a: jax.Array, b: jax.Array, spare: int | None = None) -> jax.Array:
@@ -301,8 +303,9 @@ def beta(key: jax.Array, a: jax.Array, b: jax.Array, spare: int | None = None) -
     0.80 at min(a, b) = 2 (0.94 at a = b = 2) and 0.886 in the limit of large a and b.
     Each element's value is its first accepted attempt, an exact Beta draw, made in
     bulk with the rejected attempts in a buffer (`_first_accepted`). A Beta-Bernoulli
-    posterior Beta(1 + S, 1 + F) always has a, b >= 1; for a or b < 1 the result is not
-    a Beta draw (not checked, being traced).
+    posterior Beta(1 + S, 1 + F) always has a, b >= 1; where a or b lies outside
+    [1, inf) or is NaN the draw is NaN (not refused, being traced), at once: no attempt
+    of it could be accepted.
 
     A ratio of Gamma draws X / (X + Y) would take two Marsaglia-Tsang attempts, each a
     hash, an inverse error function and two logarithms; Cheng's attempt is one hash,
@@ -320,5 +323,7 @@ def beta(key: jax.Array, a: jax.Array, b: jax.Array, spare: int | None = None) -
         the size.
     """
     a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
-    value = _first_accepted(key, _beta_attempt, (a.reshape(-1), b.reshape(-1)), spare, 8)
+    valid = (jnp.minimum(a, b) >= 1.0) & (jnp.maximum(a, b) < jnp.inf)
+    flat = tuple(jnp.where(valid, x, jnp.nan).reshape(-1) for x in (a, b))
+    value = _first_accepted(key, _beta_attempt, flat, spare, 8)
     return value.reshape(a.shape)
