@@ -174,8 +174,25 @@ def test_every_solver_is_feasible_with_ties_and_shared_clients(solver):
 
 
 def test_grid_units_round_up_and_keep_grid_points():
-    units = assignment.grid_units(jnp.array([0.25, 0.5, 0.26, 1.05, 0.0]), 0.05)
-    np.testing.assert_array_equal(units, [5, 10, 6, 21, 0])
+    units = assignment.grid_units(jnp.array([0.25, 0.5, 0.26, 1.05, 0.0, 0.15]), 0.05)
+    np.testing.assert_array_equal(units, [5, 10, 6, 21, 0, 3])
+    # Just above a grid point, within the slack for the division's rounding: one more
+    # unit (it was rounded down, and the knapsack could spend beyond the real budget).
+    above = jnp.array([1.00005, 0.05000005, 3.4999, 70.0001])
+    units = np.asarray(assignment.grid_units(above, 0.05))
+    np.testing.assert_array_equal(units, [21, 2, 70, 1401])
+    assert np.all(units * np.float32(0.05) >= np.asarray(above))
+    # Two clients of cost 1.00005 and one server of budget 2: one fits, not both.
+    taken = assignment.knapsack(
+        jnp.ones((2, 1)),
+        jnp.array([1.00005, 1.00005]),
+        jnp.ones((2, 1), bool),
+        jnp.array([2.0]),
+        jax.random.PRNGKey(0),
+        cost_step=1.0,
+        capacity_units=2,
+    )
+    assert int(np.sum(taken)) == 1
 
 
 def test_assignment_round_trip():

@@ -172,8 +172,12 @@ def random_order(key: jax.Array, m: int) -> jax.Array:
 
 
 def grid_units(cost: jax.Array, cost_step: float) -> jax.Array:
-    """int32 units of `cost` on a grid of step `cost_step`, rounded up (never under-counts)."""
-    return jnp.ceil(cost / cost_step - _GRID_SLACK).astype(jnp.int32)
+    """int32 units of `cost` on a grid of step `cost_step`, rounded up (never under-counts):
+    the least u with u `cost_step` >= `cost` in f32. The division's rounding is allowed
+    for by a slack, and a unit added back where the slack took one off (a cost up to
+    1e-4 of a step above a grid point)."""
+    units = jnp.ceil(cost / cost_step - _GRID_SLACK).astype(jnp.int32)
+    return jnp.where(units * jnp.float32(cost_step) < cost, units + 1, units)
 
 
 def grid_capacity(budget: float, cost_step: float) -> int:
