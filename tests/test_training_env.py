@@ -344,6 +344,66 @@ def test_clients_train_with_the_models_own_loss_or_the_one_given(data, name, los
         assert all(jax.tree.leaves(equal)) == (candidate is want_loss), candidate
 
 
+def _edge_model_is_update_of(data, model, state, new_state, client):
+    """Whether edge 0's model is the start plus `client`'s update alone (step key 2)."""
+    train_key = jax.random.split(jax.random.PRNGKey(2))[1]
+    update = fl.local_sgd(model.apply, 0.2, 4, num_epochs=1)
+    start = jax.tree.map(lambda e: e[0], state.server.edge_params)
+    result = update(
+        start, data.x, data.y, client, data.counts[client], jax.random.fold_in(train_key, client)
+    )
+    want = jax.tree.map(jnp.add, start, result.delta)
+    got = jax.tree.map(lambda e: e[0], new_state.server.edge_params)
+    return all(jax.tree.leaves(jax.tree.map(np.array_equal, got, want)))
+
+
+def test_fastest_z_fallback_takes_the_fastest_late_client(data, model):
+    # Nobody meets the 1 s deadline; Z = 1, so the edge server waits for the fastest
+    # selected client: client 1 (about 2 s), not client 0 (about 10 s), although both
+    # report the capped latency of 1 s (Qu et al. eq. 6).
+    mean = np.full(N, 5.0, np.float32)
+    mean[:2] = [10.0, 2.0]
+    env = _env(
+        data,
+        model,
+        2,
+        algorithm="hierarchical",
+        period=100,
+        mean_latency=mean,
+        latency_spread=0.01,
+        deadline_s=1.0,
+        feedback="success",
+    )
+    selected = np.zeros(N, bool)
+    selected[:2] = True
+    state, (feedback, new_state, _) = _step(env, selected)
+    np.testing.assert_array_equal(feedback.latency[:2], [1.0, 1.0])
+    assert not np.any(feedback.success)
+    assert _edge_model_is_update_of(data, model, state, new_state, 1)
+    assert not _edge_model_is_update_of(data, model, state, new_state, 0)
+
+
+def test_fastest_z_fallback_on_qus_network_ranks_the_uncapped_times(data, model):
+    # envs.hierarchical reports times capped at its deadline and the times themselves
+    # (eq. 5) in Feedback.info; with a deadline nobody meets, the edge server takes the
+    # selected client of least time, whatever its index.
+    delays = envs.make("hierarchical", N, None, num_servers=1, availability=1.0, deadline_s=0.01)
+    env = _env(data, model, 4, algorithm="hierarchical", period=100, delay_env=delays)
+    selected = np.zeros(N, bool)
+    selected[[0, 3, 5, 9]] = True
+    assignment = np.where(selected, 0, -1).astype(np.int32)
+    state, (feedback, new_state, _) = _step(env, selected, assignment)
+    time = np.asarray(feedback.info["uncapped_latency"])
+    assert not np.any(feedback.success)
+    np.testing.assert_array_equal(
+        feedback.latency, np.where(selected, 0.01, 0.0).astype(np.float32)
+    )
+    assert np.all(time[selected] > 0.01) and np.all(time[~selected] == 0.0)
+    fastest = int(np.flatnonzero(selected)[np.argmin(time[selected])])
+    assert fastest != 0, time  # the seed's draw; the old rule took the lowest index
+    assert _edge_model_is_update_of(data, model, state, new_state, fastest)
+
+
 def test_observed_client_losses_equal_direct_evaluation(data, model):
     env = _env(data, model, 3, observe_client_loss=True, probe_batch_size=5)
     # One round first, so that the clients' losses of the model differ.

@@ -64,7 +64,9 @@ solver's; `oracle_reward` is therefore the better of the two, per round. The
 pseudo-regret so measured is never negative, at least the regret against the solver's
 decision and at most the regret against the exact optimum of P2.
 
-Feedback latencies are the clients' times capped at the deadline (the ES stops waiting);
+Feedback latencies are the clients' times capped at the deadline (the ES stops waiting),
+`Feedback.info["uncapped_latency"]` their times tau (eq. 5), which the fastest-Z fallback
+of the hierarchical training environment ranks (`fl.aggregate.hierarchical`, eq. 6);
 `RoundStats.latency` is the slowest selected client's. `RoundStats.extras`: `successes`
 (the count) and `selected` (clients scheduled).
 """
@@ -153,7 +155,7 @@ class _Round(NamedTuple):
     cost: chex.Array  # f32[N]
     p: chex.Array  # f32[N, M], success probability of each pair
     success: chex.Array  # bool[N, M], X
-    latency: chex.Array  # f32[N, M], min(tau, deadline) (s); 0 for the synthetic generator
+    latency: chex.Array  # f32[N, M], tau (s), eq. (5); 0 for the synthetic generator
 
 
 def hierarchical(
@@ -285,9 +287,7 @@ def hierarchical(
             ]
         shape = (n, m)
         context = jnp.clip(jnp.stack([jnp.broadcast_to(f, shape) for f in features], -1), 0, 1)
-        # The ES stops waiting at the deadline: a deep fade's time is reported as that.
-        capped = jnp.minimum(latency, params.deadline_s)
-        return _Round(cover, context, cost, p, latency <= params.deadline_s, capped)
+        return _Round(cover, context, cost, p, latency <= params.deadline_s, latency)
 
     def observe(state, t, key, params=None):
         del key  # the round is a function of (round_key, t), so that `step` sees it too
@@ -358,12 +358,15 @@ def hierarchical(
         reference = jnp.maximum(solved, expected)  # the solver is a heuristic (docstring)
         client_success = jnp.any(won, axis=1)
         selected = decision.selected
-        latency = jnp.sum(jnp.where(pairs, r.latency, 0.0), axis=1)
+        time = jnp.sum(jnp.where(pairs, r.latency, 0.0), axis=1)
+        # The ES stops waiting at the deadline: a late update's time is reported as that.
+        latency = jnp.minimum(time, params.deadline_s)
         feedback = Feedback(
             observed=selected,
             reward=client_success.astype(f32),
             latency=latency,
             success=client_success,
+            info={"uncapped_latency": time},
         )
         stats = RoundStats(
             expected_reward=value(expected),

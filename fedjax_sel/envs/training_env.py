@@ -13,8 +13,10 @@ Latency model (a simple default; the papers' wireless models plug in through
 v + v E)`, `E ~ Exp(1)` (the usual straggler model of distributed computing: a
 deterministic part plus an exponential tail; mean `mu_i`), capped at the deadline
 `tau_max` when one is set; a client whose raw latency reaches the deadline fails (Xia et
-al. eq. 4). The round latency is the slowest selected client's. Availability is
-Bernoulli per client and round by default, or any process (`envs.availability`).
+al. eq. 4), and the hierarchical fallback to the Z fastest clients ranks them by their
+raw latencies (Qu et al. eq. 6). The round latency is the slowest selected client's.
+Availability is Bernoulli per client and round by default, or any process
+(`envs.availability`).
 
 A paper's own delay model replaces this one through `delay_env`, any bandit `Env` over
 the same clients (e.g. `dfl_delay`, Chen et al.): it then supplies each round's input
@@ -306,7 +308,10 @@ def training(
         `batch_size`.
       delay_env: an `Env` over the same N clients whose rounds, latencies, feedback and
         oracle replace the latency model and `feedback` (module docstring); its
-        `Feedback.success` marks the updates that arrive in time.
+        `Feedback.success` marks the updates that arrive in time, and its
+        `Feedback.info["uncapped_latency"]`, where it reports one (`envs.hierarchical`),
+        the clients' times beyond a deadline that caps `Feedback.latency` (the
+        hierarchical fastest-Z fallback ranks the clients by it).
       local_data: "all" (a client trains on all its examples, as `num_epochs` or
         `num_steps` say) or "delay_env" (on `min(data size, D_i(t))` of them, D_i(t) the
         `delay_env`'s `RoundInput.info.num_samples`, int32[N]; module docstring).
@@ -502,9 +507,10 @@ def training(
         params = defaults if params is None else params
         return Decision(top_k_mask(client_means(state, params), round_input.available, k))
 
-    def train(state, decision, latency, success, key, used=None):
+    def train(state, decision, time, success, key, used=None):
         """Trains the selected cohort (the k lowest-indexed selected clients), each on all
-        its examples or on `used` (int32[N]) of them.
+        its examples or on `used` (int32[N]) of them; `time` (f32[N]) is each client's
+        time not capped at the deadline (`fl.Cohort.latency`).
 
         Returns the new server state, loss and test accuracy, the `Feedback.info` training
         statistics (module docstring) and the bool[N] trained clients.
@@ -527,7 +533,7 @@ def training(
             arrived=success[slots],
             num_examples=counts.astype(jnp.float32),
             group=group,
-            latency=latency[slots],
+            latency=time[slots],
         )
         server = agg.update(state.server, result.delta, cohort)
         # Empty slots point at client 0; they are sent out of bounds and dropped.
@@ -549,8 +555,11 @@ def training(
             state.delay, round_input, decision, delay_key, params.delay
         )
         used = round_input.info.num_samples if local_data == "delay_env" else None
+        time = out.latency
+        if isinstance(out.info, dict):
+            time = out.info.get("uncapped_latency", time)
         server, loss, accuracy, info, trained = train(
-            state, decision, out.latency, out.success, train_key, used
+            state, decision, time, out.success, train_key, used
         )
         if isinstance(out.info, dict):
             info = {**out.info, **info}
@@ -576,7 +585,7 @@ def training(
             latency, success = raw, jnp.ones((n,), bool)
         else:
             latency, success = jnp.minimum(raw, deadline_), raw < deadline_
-        server, loss, accuracy, info, trained = train(state, decision, latency, success, train_key)
+        server, loss, accuracy, info, trained = train(state, decision, raw, success, train_key)
         weights = agg.global_params(server)
         # Selected clients beyond the k slots were not trained: failed, not observed.
         selected = decision.selected & trained

@@ -36,7 +36,9 @@ class Cohort(NamedTuple):
       arrived: bool[k], the client's update reached its server within the deadline.
       num_examples: f32[k], the client's number of training examples (its weight).
       group: int32[k], edge server (hierarchical) or server (decentralized) of the slot.
-      latency: f32[k], the client's latency in seconds (for the fastest-Z fallback).
+      latency: f32[k], the time in seconds the client's update takes to reach its
+        server, not capped at the deadline: the fastest-Z fallback takes the least
+        (equal times in slot order).
     """
 
     valid: chex.Array
