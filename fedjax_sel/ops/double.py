@@ -32,8 +32,10 @@ def two_sum(a: chex.Array, b: chex.Array) -> tuple[chex.Array, chex.Array]:
 
 def add(x: chex.Array, y: chex.Array) -> chex.Array:
     """x + y of double-f32 numbers, f32[..., 2] (hi, lo) each; the result normalised
-    (|lo| <= ulp(hi) / 2), with a relative error of about 2^-44. Zero is its identity on
-    normalised numbers."""
+    (|lo| <= ulp(hi) / 2), with an error of about 2^-44 (|x| + |y|): relative to the
+    result where x and y have the same sign, and up to 2^-24 of it where they nearly
+    cancel (the low parts are added in f32). Zero is its identity on normalised
+    numbers."""
     xp = _xp(x)
     s, e = two_sum(x[..., 0], y[..., 0])
     e = e + (x[..., 1] + y[..., 1])
