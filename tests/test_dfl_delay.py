@@ -154,6 +154,25 @@ def test_contexts_are_the_normalised_features():
     assert inp.context.shape == (18, 2) and bool(jnp.all(inp.available))
 
 
+def test_availability_takes_a_key_no_context_draw_uses():
+    # The contexts of a round are those of an always-available run, and the availability
+    # bits are not the uniforms of the key that draws the data sizes (fold_in(key, 1),
+    # which it took, is that key: split(key)[1]).
+    full = envs.make("dfl_delay", 18, 2)
+    half = envs.make("dfl_delay", 18, 2, availability=0.5)
+    state = half.reset(jax.random.PRNGKey(0))
+    same_key_draws = []
+    for t in range(1, 21):
+        key = jax.random.PRNGKey(t)
+        inp = half.observe(state, t, key)
+        np.testing.assert_array_equal(inp.context, full.observe(state, t, key).context)
+        data_key = jax.random.split(key)[1]
+        same_key_draws.append(
+            np.array_equal(inp.available, jax.random.uniform(data_key, (18,)) < 0.5)
+        )
+    assert not any(same_key_draws)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -301,11 +301,10 @@ def dfl_delay(
 
     def observe(state, t, key, params=None):
         params = defaults if params is None else params
-        act_key, data_key = jax.random.split(key)
-        # A key of its own, so that the context draws are those of an always-available run.
-        available = process.sample(
-            state.availability, t, jax.random.fold_in(key, 1), params.availability
-        )
+        # A key of its own for availability, so that the context draws are those of an
+        # always-available run (fold_in(key, 1) was data_key itself).
+        act_key, data_key, availability_key = jax.random.split(key, 3)
+        available = process.sample(state.availability, t, availability_key, params.availability)
         info = DFLRound(
             activity=jax.random.randint(act_key, (k_total,), 0, i_max + 1),
             num_samples=jax.random.randint(data_key, (k_total,), 1, d_max + 1),
