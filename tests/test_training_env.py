@@ -224,6 +224,7 @@ def test_local_accuracy_selects_the_worst_available_clients(data, model):
         (2, {"probe_batch_size": 0}, "probe_batch_size"),
         (2, {"observe_client_loss": "yes"}, "observe_client_loss"),
         (2, {"client_chunk": 0}, "client_chunk"),
+        (2, {"algorithm": "hierarchical", "weighting": "example"}, "weighting"),
         (
             2,
             {"algorithm": "hierarchical", "num_groups": 2, "client_group": [0, 2] * 6},

@@ -277,7 +277,8 @@ def training(
       loss: the masked training loss `(logits, labels, mask) -> f32[]` of local SGD;
         None for the model's own (`models.default_loss`: the hinge loss of
         `linear_svm`) where `model.name` is registered, softmax cross-entropy otherwise.
-      weighting: "examples" or "uniform" aggregation weights (FedAvg/FedSGD).
+      weighting: "examples" or "uniform" aggregation weights (FedAvg/FedSGD; the
+        hierarchical and decentralized algorithms weight as their papers do).
       feedback: one of `FEEDBACKS` (module docstring).
       latency_range: (low, high), 0 < low <= high, seconds; mu_i ~ U[low, high].
       mean_latency: f32[N] > 0 fixed mu_i instead of drawing them per trial.
@@ -334,6 +335,7 @@ def training(
     k = validation.num_selected(num_selected, n)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}.")
+    validation.choice("weighting", weighting, ("examples", "uniform"))
     if feedback not in FEEDBACKS:
         raise ValueError(f"feedback must be one of {FEEDBACKS}, got {feedback!r}.")
     validation.positive_int("batch_size", batch_size)
