@@ -526,3 +526,18 @@ def test_order_value_inverts_order_key():
     values = np.array([-np.inf, -3.5, -0.0, 0.0, 1e-38, 7.25, np.inf], np.float32)
     back = order.order_value(order.order_key(jnp.asarray(values), jnp.ones(7, bool)))
     np.testing.assert_array_equal(np.asarray(back).view(np.uint32), values.view(np.uint32))
+
+
+@pytest.mark.parametrize("k", [0, 41])
+def test_a_static_k_outside_1_to_n_is_refused_naming_it(k):
+    # It failed inside the kernels with a ZeroDivisionError or an IndexError.
+    scores, mask, key = jnp.arange(40.0), jnp.ones(40, bool), jax.random.PRNGKey(0)
+    for call in (
+        lambda: ops.masked_top_k(scores, mask, k, key),
+        lambda: ops.uniform_subset(mask, k, key),
+        lambda: ops.top_k_mask(scores, mask, k),
+    ):
+        with pytest.raises(ValueError, match=rf"k must be an integer in \[1, 40\], got {k}"):
+            call()
+    with pytest.raises(ValueError, match=r"k must be an integer in \[0, 40\]"):
+        ops.kth_largest_key(ops.order_key(scores, mask), 41)

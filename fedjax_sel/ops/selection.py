@@ -122,14 +122,22 @@ def portable_count_true(flags: jax.Array) -> jax.Array:
     return jnp.sum(flags, dtype=jnp.int32)
 
 
-def _k_op(portable: Callable, cpu: Callable, cpu_traced_k: bool = False) -> Callable:
+def _k_op(
+    portable: Callable,
+    cpu: Callable,
+    cpu_traced_k: bool = False,
+    lowest_k: int = 1,
+    k_at_most_n: bool = True,
+) -> Callable:
     """`(k, *operands) -> cpu(k, *operands)` on CPU and `portable(k, *operands)` elsewhere
     (chosen when the program is lowered) for a static k, jitted: JAX traces it once per
     k and operand shapes, and reuses that jaxpr wherever the op recurs (the rounds, the
     oracle, the metrics of every policy). A traced k runs `portable` on every platform,
     or, with `cpu_traced_k`, `cpu` on CPU too (ops whose two implementations are equal
     bit for bit: their random streams do not depend on k's being static), jitted as well:
-    Oort's four traced top-k masks share one trace, and its three k-th keys another."""
+    Oort's four traced top-k masks share one trace, and its three k-th keys another.
+    A static k below `lowest_k`, or above N (the first operand's last axis) where
+    `k_at_most_n`, is refused in Python, naming it, before anything is traced."""
 
     @functools.partial(jax.jit, static_argnums=0)
     def by_platform(k, *operands):
@@ -145,6 +153,9 @@ def _k_op(portable: Callable, cpu: Callable, cpu_traced_k: bool = False) -> Call
 
     def op(k, *operands):
         if _is_static(k):
+            n = operands[0].shape[-1] if k_at_most_n else k
+            if not lowest_k <= k <= n:
+                raise ValueError(f"k must be an integer in [{lowest_k}, {n}], got {k}.")
             return by_platform(k, *operands)
         if cpu_traced_k:
             return by_platform_traced(jnp.asarray(k, jnp.int32), *operands)
@@ -170,10 +181,12 @@ _KTH_LARGEST_KEY = _k_op(
     lambda k, keys: order.kth_largest_key(keys, k),
     lambda k, keys: _xla_cpu.kth_largest_key(keys, k),
     cpu_traced_k=True,
+    lowest_k=0,
 )
 _TRUE_INDICES = _k_op(
     lambda size, f: portable_true_indices(f, size),
     lambda size, f: _xla_cpu.true_indices(f, size),
+    k_at_most_n=False,
 )
 
 
