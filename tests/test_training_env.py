@@ -112,6 +112,25 @@ def test_decentralized_and_hierarchical_reduce_to_fedavg_in_the_env(data, model)
     assert int(h.server.round) == 1
 
 
+@pytest.mark.parametrize("server", [-1, 2, 1])
+def test_a_server_out_of_range_is_refused_not_dropped(data, model, server):
+    # Hierarchical FL with 2 edge servers: a selected client sent to server -1 or 2 was
+    # trained from the nearest edge's model and its update left out of every edge.
+    def select(state, inp, key):
+        selected = jnp.arange(N) < 2
+        return Decision(selected, jnp.where(selected, server, -1).astype(jnp.int32)), state
+
+    policy = fedjax_sel.Selector(
+        init=lambda key: (), select=select, update=lambda state, decision, feedback: state
+    )
+    env = _env(data, model, 2, algorithm="hierarchical", num_groups=2)
+    if server == 1:
+        assert fedjax_sel.simulate(policy, env, 2, 2, progress=None).num_rounds == 2
+        return
+    with pytest.raises(ValueError, match=r"does not accept in 4 rounds(.|\n)*Env.feasible"):
+        fedjax_sel.simulate(policy, env, 2, 2, progress=None)
+
+
 def test_expected_client_reward_matches_monte_carlo():
     mu = np.array([0.5, 2.0, 4.0, 8.0], np.float32)
     spread, deadline = 0.6, 3.0

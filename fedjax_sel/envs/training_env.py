@@ -293,7 +293,9 @@ def training(
         puts the process on the `delay_env` (`envs.with_availability`).
       num_groups: edge servers M (hierarchical) or servers S (decentralized).
       client_group: int32[N] in [0, num_groups), each client's fixed server; None
-        assigns client i to server i mod num_groups. A `Decision.assignment` overrides it.
+        assigns client i to server i mod num_groups. A `Decision.assignment` overrides it,
+        and must give every selected client a server in [0, num_groups)
+        (`Env.feasible`: the runner refuses other decisions).
       period: T_ES, edge rounds between cloud aggregations (hierarchical).
       min_updates: Z, minimum updates per edge server (hierarchical).
       mixing: f32[S, S] row-stochastic exchange matrix (decentralized); None for the
@@ -633,6 +635,14 @@ def training(
         avail = process.update(state.availability, round_input.available, params.availability)
         return feedback_out, TrainingState(server, state.mean_latency, loss, None, avail), stats
 
+    def assigned_in_range(decision):
+        """bool[]: every selected client's server (`Decision.assignment`) lies in
+        [0, num_groups), where the algorithm has servers (else it is not read)."""
+        if decision.assignment is None or algorithm in ("fedavg", "fedsgd"):
+            return jnp.bool_(True)
+        server = decision.assignment
+        return jnp.all(~decision.selected | ((server >= 0) & (server < groups)))
+
     if delay_env is not None:
         delay_oracle = None
         if delay_env.oracle is not None:
@@ -641,12 +651,12 @@ def training(
                 params = defaults if params is None else params
                 return delay_env.oracle(state.delay, inp, params.delay)
 
-        delay_feasible = None
-        if delay_env.feasible is not None:
-
-            def delay_feasible(state, inp, decision, params=None):
-                params = defaults if params is None else params
-                return delay_env.feasible(state.delay, inp, decision, params.delay)
+        def delay_feasible(state, inp, decision, params=None):
+            params = defaults if params is None else params
+            if delay_env.feasible is None:
+                return assigned_in_range(decision)
+            feasible = delay_env.feasible(state.delay, inp, decision, params.delay)
+            return feasible & assigned_in_range(decision)
 
         return Env(
             reset=reset,
@@ -666,4 +676,5 @@ def training(
         num_clients=n,
         params=defaults,
         num_selected=k,
+        feasible=lambda state, inp, decision, params=None: assigned_in_range(decision),
     )
