@@ -3,10 +3,11 @@
 Hierarchical FL (Sec. III-A, `fedjax_sel.fl.aggregate.hierarchical`): in every edge round
 each selected client downloads its edge server's model, runs E local epochs of minibatch
 SGD (eq. 2) and uploads the update; each edge server averages the updates that met the
-deadline (eq. 6, with Z = 1: when none did, it waits for the fastest, spec A19), and every
-T_ES = 5 rounds the cloud sets every edge model to their unweighted mean (step iv), the
-model evaluated on the test set. N = 50 clients, M = 3 edge servers, every client holding
-the examples of two labels (`fedjax_sel.data.label_shards`, spec §5 and A21).
+deadline (eq. 6, with Z = 1: when none did, it waits for the fastest, by its uncapped
+time tau, spec A19), and every T_ES = 5 rounds the cloud sets every edge model to their
+unweighted mean (step iv), the model evaluated on the test set. N = 50 clients, M = 3
+edge servers, every client holding the examples of two labels
+(`fedjax_sel.data.label_shards`, spec §5 and A21).
 
 The network of the bandit-only figures (`envs.hierarchical`: the physical generator,
 coverage 0.6, Table I's constants of the data set) is the training environment's
