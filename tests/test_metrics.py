@@ -2,6 +2,8 @@
 places it carries (`Decision.indices`, O(k)) is counted as its mask is, bit for bit, and
 both agree with brute force; and the count of a cohort's empty slots (`envs.cohort`)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,19 +31,21 @@ def _decisions(seed, num_places=K, size_high=K):
     return masks, places
 
 
-@jax.jit
-def _count(masks, places):
-    """The `Selections` after each round, counted from the masks and from the places."""
+@functools.partial(jax.jit, static_argnums=2)
+def _count(masks, places, given_t=True):
+    """The `Selections` after each round, counted from the masks and from the places,
+    with the rounds given (`count_selections`'s `t`) or not."""
 
     def rounds(use_places):
         def body(selections, x):
-            mask, at = x
+            mask, at, t = x
             decision = Decision(mask, indices=at if use_places else None)
-            selections = metrics.count_selections(selections, decision)
+            selections = metrics.count_selections(selections, decision, t if given_t else None)
             return selections, selections
 
         start = metrics.init_running(metrics.Layout(()), N).selections
-        return jax.lax.scan(body, start, (masks, places))[1]
+        t = jnp.arange(1, masks.shape[0] + 1, dtype=jnp.int32)
+        return jax.lax.scan(body, start, (masks, places, t))[1]
 
     return rounds(False), rounds(True)
 
@@ -52,6 +56,9 @@ def test_selections_counted_at_places_equal_those_of_masks_and_brute_force(seed)
     of_masks, at_places = _count(masks, places)
     for a, b in zip(of_masks, at_places, strict=True):
         np.testing.assert_array_equal(a, b)
+    # The sums by fields alone (no round given) are the same bits.
+    for a, b in zip((of_masks, at_places), _count(masks, places, False), strict=True):
+        jax.tree.map(np.testing.assert_array_equal, a, b)
     counts = np.cumsum(masks, 0).astype(np.float64)
     np.testing.assert_array_equal(of_masks.counts, counts)
     np.testing.assert_array_equal(of_masks.cohort, masks.sum(1))
@@ -86,8 +93,9 @@ def test_running_sums_stay_exact_beyond_f32_integers():
     assert (t**2 > 2**24).any()
 
 
+@pytest.mark.parametrize("t", [None, 60_001])
 @pytest.mark.parametrize("use_places", [False, True])
-def test_squares_stay_exact_where_a_rounds_increment_passes_2_pow_31(use_places):
+def test_squares_stay_exact_where_a_rounds_increment_passes_2_pow_31(use_places, t):
     # 20,000 clients, each selected 60,000 times before, all of them again: the round
     # adds 20,000 x 120,001 = 2,400,020,000 > 2^31 to the sum of squares (an int32 sum
     # wrapped, and Jain's index of equal counts came out far above 1).
@@ -100,11 +108,25 @@ def test_squares_stay_exact_where_a_rounds_increment_passes_2_pow_31(use_places)
     )
     everyone = jnp.ones((n,), bool)
     decision = Decision(everyone, indices=jnp.arange(n) if use_places else None)
-    after = jax.jit(metrics.count_selections)(start, decision)
+    after = jax.jit(metrics.count_selections)(start, decision, t)
     want = double_value(start.squares) + n * (2 * c + 1)
     assert double_value(after.squares) == want == n * (c + 1) ** 2
     assert double_value(after.total) == n * (c + 1)
     assert after.jain_index == pytest.approx(1.0, rel=1e-6)
+
+
+def test_one_int32_sum_and_the_fields_agree_where_the_round_allows_it():
+    # 20,000 clients (m >= 16: not summed alike statically), counts below t = 9: the
+    # round's bound 20,000 x 17 fits, and one int32 sum gives the fields' bits.
+    counts = jnp.asarray(np.random.default_rng(0).integers(0, 8, 20_000), jnp.float32)
+    start = metrics.Selections(jnp.float32(0), counts, jnp.zeros(2), jnp.zeros(2))
+    decision = Decision(jnp.asarray(np.random.default_rng(1).random(20_000) < 0.3))
+    count = jax.jit(metrics.count_selections)
+    one_sum, fields = count(start, decision, jnp.int32(9)), count(start, decision, None)
+    jax.tree.map(np.testing.assert_array_equal, one_sum, fields)
+    after = np.asarray(counts) + np.asarray(decision.selected)
+    increments = (after**2 - np.asarray(counts) ** 2).sum()
+    assert double_value(one_sum.squares) == increments
 
 
 def double_value(x):

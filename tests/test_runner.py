@@ -377,7 +377,7 @@ def test_metrics_are_consistent():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"num_rounds": 0}, r"num_rounds must be an integer >= 1, got 0"),
+        ({"num_rounds": 0}, r"num_rounds must be an integer in \[1, 16777216\], got 0"),
         ({"num_trials": -2}, r"num_trials must be an integer >= 1, got -2"),
         ({"trials_per_chunk": 3}, r"trials_per_chunk must be a power of two"),
         ({"rounds_per_chunk": 50}, r"rounds_per_chunk must be an integer in \[1, 23\]"),

@@ -244,7 +244,7 @@ def build_programs(
             invalid |= ~env.feasible(env_state, inp, decision, params)
         feedback, env_state, stats = env.step(env_state, inp, decision, step_key, params)
         policy_state = selector.update(policy_state, decision, feedback)
-        running, values = metrics.round_values(metric_layout, running, stats, decision, invalid)
+        running, values = metrics.round_values(metric_layout, running, stats, decision, invalid, t)
         return (env_state, policy_state, running), values
 
     # Per device too, so that the carry comes out as `run_rounds` returns it: a carry
