@@ -210,8 +210,8 @@ def _gamma_attempt(normal_bits, uniform_bits, d, c):
     v = (1.0 + c * x) ** 3
     squeeze = u < 1.0 - 0.0331 * (x * x) * (x * x)
     log_test = jnp.log(u) < 0.5 * x * x + d * (1.0 - v + jnp.log(jnp.maximum(v, 1e-30)))
-    # A NaN d (a shape outside [1, inf), `gamma`) ends at once, its value NaN.
-    return d * v, ((v > 0) & (squeeze | log_test)) | jnp.isnan(d)
+    # A shape outside [1, inf), or NaN, ends at once (`gamma` makes its value NaN).
+    return d * v, ((v > 0) & (squeeze | log_test)) | ~((d > 0.5) & (d < jnp.inf))
 
 
 def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
@@ -240,9 +240,9 @@ def gamma(key: jax.Array, a: jax.Array, spare: int | None = None) -> jax.Array:
         a = 1, 5% of the elements need it, 98 +- 10 of 2,000), at most the size.
     """
     a = jnp.asarray(a, jnp.float32)
-    d = jnp.where((a >= 1.0) & (a < jnp.inf), a - 1.0 / 3.0, jnp.nan).reshape(-1)
+    d = (a - 1.0 / 3.0).reshape(-1)
     value = _first_accepted(key, _gamma_attempt, (d, lax.rsqrt(9.0 * d)), spare, 16)
-    return value.reshape(a.shape)
+    return jnp.where((a >= 1.0) & (a < jnp.inf), value.reshape(a.shape), jnp.nan)
 
 
 _LOG_4 = np.float32(np.log(4.0))
@@ -290,8 +290,10 @@ def _beta_attempt(first_bits, second_bits, a, b):
     cheng = jnp.where(a == p, w, q) / (q + w)
     root = log_u2 / q
     inverse = jnp.where(a == p, -jnp.expm1(root), jnp.exp(root))
-    # A NaN parameter (outside [1, inf), `beta`) ends at once, its value NaN.
-    return jnp.where(p == 1.0, inverse, cheng), (p == 1.0) | accepted | jnp.isnan(p)
+    # A parameter outside [1, inf), or NaN, ends at once (`beta` makes its value NaN).
+    return jnp.where(p == 1.0, inverse, cheng), (p == 1.0) | accepted | ~(
+        (p >= 1.0) & (q < jnp.inf)
+    )
 
 
 def beta(key: jax.Array, a: jax.Array, b: jax.Array, spare: int | None = None) -> jax.Array:
@@ -323,7 +325,6 @@ def beta(key: jax.Array, a: jax.Array, b: jax.Array, spare: int | None = None) -
         the size.
     """
     a, b = jnp.broadcast_arrays(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+    value = _first_accepted(key, _beta_attempt, (a.reshape(-1), b.reshape(-1)), spare, 8)
     valid = (jnp.minimum(a, b) >= 1.0) & (jnp.maximum(a, b) < jnp.inf)
-    flat = tuple(jnp.where(valid, x, jnp.nan).reshape(-1) for x in (a, b))
-    value = _first_accepted(key, _beta_attempt, flat, spare, 8)
-    return value.reshape(a.shape)
+    return jnp.where(valid, value.reshape(a.shape), jnp.nan)
