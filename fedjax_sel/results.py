@@ -56,10 +56,12 @@ def _pandas():
     return pandas
 
 
-def _write_in_place(path: str, write: Callable, mode: str, **kwargs) -> None:
-    """Calls `write(file)` on `<path>.tmp`, then renames it to `path`: a reader finds the
-    earlier file or the whole new one."""
-    tmp = path + ".tmp"
+def write_in_place(
+    path: str, write: Callable, mode: str, tmp_suffix: str = ".tmp", **kwargs
+) -> None:
+    """Calls `write(file)` on `path + tmp_suffix`, then renames it to `path`: a reader
+    finds the earlier file or the whole new one (results and checkpoints alike)."""
+    tmp = path + tmp_suffix
     try:
         with open(tmp, mode, **kwargs) as f:
             write(f)
@@ -219,7 +221,7 @@ class Results:
                 writer.writerow(columns)
                 writer.writerows(zip(*cells, strict=True))
 
-            _write_in_place(path + suffix, write, "w", newline="")
+            write_in_place(path + suffix, write, "w", newline="")
 
     def save(self, path: str) -> None:
         """Writes `<path>.npz`, then `<path>.json`, each whole or not at all (written
@@ -237,7 +239,7 @@ class Results:
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)
         npz = buffer.getvalue()
-        _write_in_place(path + ".npz", lambda f: f.write(npz), "wb")
+        write_in_place(path + ".npz", lambda f: f.write(npz), "wb")
         meta = {
             "format": FORMAT,
             "npz_sha256": hashlib.sha256(npz).hexdigest(),
@@ -248,7 +250,7 @@ class Results:
             "metrics": {p: list(self.curves[p]) for p in self.policies},
             "totals": {p: list(self.totals[p]) for p in self.policies},
         }
-        _write_in_place(path + ".json", lambda f: json.dump(meta, f, indent=1), "w")
+        write_in_place(path + ".json", lambda f: json.dump(meta, f, indent=1), "w")
 
     @classmethod
     def load(cls, path: str) -> Results:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import zipfile
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from collections.abc import Mapping
 import jax
 import numpy as np
 
+from fedjax_sel.results import write_in_place
 from fedjax_sel.runner.reduction import DyadicStack, join_chunks
 
 # The layout of a checkpoint file; a file of another layout is refused, not misread.
@@ -80,13 +80,9 @@ def _start_over(path: str, policy: str) -> str:
 
 
 def _atomic_save(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-    tmp = path + ".tmp.npz"
     try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+        write_in_place(path, lambda f: np.savez(f, **arrays), "wb", ".tmp.npz")
     except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
         raise OSError(
             e.errno,
             f"could not write the checkpoint {path!r} ({e.strerror or e}); the previous "
