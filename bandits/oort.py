@@ -70,6 +70,7 @@ selections).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import chex
@@ -242,7 +243,9 @@ def config(
     ):
         validation.probability(name, value)
     start = validation.float_in_range("round_threshold", round_threshold, 0.0, 100.0, low_open=True)
-    window = validation.float_in_range("sample_window", sample_window, 0.0, np.inf)
+    # FedScale samples the exploration list from the window without replacement: a
+    # window smaller than the list it is drawn from is an error there.
+    window = validation.float_in_range("sample_window", sample_window, 1.0, np.inf)
     delta = validation.float_in_range("pacer_delta", pacer_delta, 0.0, 100.0, low_open=True)
     validation.choice("utility_loss", utility_loss, tuple(UTILITY_LOSSES))
     validation.choice("exhausted", exhausted, ("stale", "exploit"))
@@ -447,7 +450,7 @@ def oort(
       round_penalty: alpha >= 0, the exponent of the duration penalty.
       clip_bound: the quantile at which utilities are clipped, in [0, 1].
       cut_off_util: the share of the (e+1)-th best score that admits a client, in [0, 1].
-      sample_window: >= 0, ranked exploration candidates per client to explore.
+      sample_window: >= 1, ranked exploration candidates per client to explore.
       pacer_step: W >= 1, the pacer's window in calls.
       pacer_delta: in (0, 100], the pacer's step in percentiles.
       blacklist_rounds: -1 for none; else clients reported more often are excluded.
@@ -528,9 +531,26 @@ def oort(
         del decision
         kept = feedback.observed & feedback.success
         straggler = feedback.observed & ~feedback.success
-        utility = read("Feedback", feedback.info, "num_samples") * read(
-            "Feedback", feedback.info, cfg.loss_key
-        )
+        num_samples = read("Feedback", feedback.info, "num_samples")
+        loss = read("Feedback", feedback.info, cfg.loss_key)
+        # One NaN or inf would stay in the state: a NaN utility passes to every straggler
+        # of the round (their mean) and drops them from the pool, an inf one flattens
+        # every other client's clipped utility to 0. check_feedback reads
+        # getattr(feedback, field): a namespace whose attributes are named as its messages
+        # should name the fields.
+        for field, values, observed in (
+            ("info['num_samples']", num_samples, kept),
+            (f"info['{cfg.loss_key}']", loss, kept),
+            ("latency", feedback.latency, feedback.observed),
+        ):
+            validation.check_feedback(
+                "oort",
+                SimpleNamespace(observed=observed, **{field: values}),
+                0.0,
+                np.inf,
+                field=field,
+            )
+        utility = num_samples * loss
         mean = jnp.sum(jnp.where(kept, utility, 0.0)) / jnp.maximum(jnp.sum(kept), 1)
         t = state.round.astype(jnp.float32)
         return state._replace(

@@ -4,13 +4,14 @@ import importlib
 import inspect
 import itertools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_sel.types import Feedback, RoundInput
+from fedjax_sel.types import Decision, Feedback, RoundInput
 
 # The module (the package binds `bandits.oort` to the factory).
 oort_lib = importlib.import_module("bandits.oort")
@@ -345,6 +346,7 @@ def test_a_window_wider_than_the_clients_ranks_every_unexplored_client():
     "arg, value",
     [
         ("exploration_factor", 1.5),
+        ("sample_window", 0.5),
         ("round_threshold", 0.0),
         ("round_threshold", 101.0),
         ("pacer_delta", 0.0),
@@ -357,6 +359,32 @@ def test_a_window_wider_than_the_clients_ranks_every_unexplored_client():
 def test_bad_settings_name_the_argument(arg, value):
     with pytest.raises(ValueError, match=arg):
         oort_lib.oort(10, 3, **{arg: value})
+
+
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("info['loss_rms_last_batch']", np.nan),
+        ("info['loss_rms_last_batch']", np.inf),
+        ("info['num_samples']", -1.0),
+        ("latency", np.nan),
+    ],
+)
+def test_a_kept_clients_nan_inf_or_negative_feedback_is_refused(field, bad):
+    # One NaN utility would pass to the round's stragglers (their mean) and drop them
+    # from the exploitation pool; an inf one would flatten every other clipped utility.
+    n = 6
+    policy = oort_lib.oort(n, 4)
+    values = {"utility": np.arange(n) + 1.0, "num_samples": np.ones(n), "latency": np.ones(n)}
+    key = {"info['loss_rms_last_batch']": "utility", "info['num_samples']": "num_samples"}
+    values[key.get(field, "latency")][0] = bad
+    fb = _feedback(n, [0, 1], [5], values["utility"], values["num_samples"], values["latency"])
+    decision = Decision(jnp.asarray(fb.observed))
+    with pytest.raises(ValueError, match=re.escape(field)):
+        policy.update(policy.init(None), decision, fb)
+    # An unobserved client's values are undefined and never read.
+    fb = _feedback(n, [1, 2], [5], values["utility"], values["num_samples"], values["latency"])
+    policy.update(policy.init(None), decision, fb)
 
 
 def test_exhausted_exploration_stale_or_exploit():
