@@ -106,6 +106,8 @@ def oracle(num_clients: int | None = None, num_selected: int | None = None) -> S
         n = validation.positive_int("num_clients", num_clients)
         if num_selected is not None:
             validation.num_selected(num_selected, n)
+    elif num_selected is not None:
+        validation.positive_int("num_selected", num_selected)
 
     def select(inp, key):
         del key
@@ -191,7 +193,13 @@ def set_round_robin(
     first = None
     if first_set is not None:
         idx = np.asarray(first_set)
-        if idx.shape != (k,) or len(set(idx.tolist())) != k or idx.min() < 0 or idx.max() >= n:
+        if (
+            idx.shape != (k,)
+            or not np.issubdtype(idx.dtype, np.integer)
+            or len(set(idx.tolist())) != k
+            or idx.min() < 0
+            or idx.max() >= n
+        ):
             raise ValueError(
                 f"first_set must be {k} distinct client indices in [0, {n - 1}], got {first_set!r}."
             )

@@ -109,6 +109,10 @@ def test_fixed_and_oracle_validation():
         bandits.fixed(4, [1, 1])
     with pytest.raises(ValueError, match="bandits.oracle needs RoundInput.oracle"):
         bandits.oracle().select((), RoundInput(jnp.int32(1), jnp.ones(4, bool)), None)
+    # num_selected is validated with or without num_clients.
+    for k in (0, -3, 2.5, "abc"):
+        with pytest.raises(ValueError, match="num_selected must be an integer >= 1"):
+            bandits.oracle(None, k)
 
 
 @pytest.mark.parametrize(

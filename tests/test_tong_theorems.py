@@ -93,6 +93,11 @@ def test_set_round_robin_cycles_the_first_set_then_random_ones():
     assert chosen[:5] == chosen[5:] and all(len(c) == k for c in chosen)
     with pytest.raises(ValueError, match="first_set"):
         bandits.set_round_robin(n, k, first_set=(0, 1, 2))
+    # Booleans would index as a mask (a first set of fewer than K clients), floats fail
+    # inside NumPy: both are refused as not indices.
+    for bad in ((True, False, True, False, True), (0.0, 1.0, 2.0, 3.0, 4.0)):
+        with pytest.raises(ValueError, match="first_set must be 5 distinct client indices"):
+            bandits.set_round_robin(n, k, first_set=bad)
 
 
 def test_surrogate_expected_reward_is_the_mean_over_arrival_patterns():
