@@ -63,8 +63,9 @@ def run(
 ) -> fedjax_sel.Results:
     """Builds the environment and policies by name and runs the sweep.
 
-    `env_options` are the environment's parameters beyond the two sizes (e.g.
-    `{"num_servers": 4}` for dfl_delay), `policy_options` each policy's, by policy name.
+    `env_options` are the environment's parameters beyond the two sizes and
+    `availability` (e.g. `{"num_servers": 4}` for dfl_delay), `policy_options` each
+    policy's, by policy name.
     Under `output_dir` (if given) it checkpoints after every chunk, so an interrupted
     sweep resumes where it stopped when run again with the same arguments; once the
     results (`results.npz`/`.json`, the tables `results.csv` and `results_totals.csv` of
@@ -89,6 +90,12 @@ def run(
     if output_dir:
         validation.output_dir("output_dir", output_dir)
     env_options = dict(env_options or {})
+    if "availability" in env_options:
+        # It would replace `availability`, which the results' config records.
+        raise ValueError(
+            "env_options must not set availability; pass it as availability "
+            "(--availability), the value the results record."
+        )
     policy_options = dict(policy_options or {})
     unknown = sorted(set(policy_options) - set(policies))
     if unknown:

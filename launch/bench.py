@@ -121,6 +121,8 @@ def main(argv):
     bench.configure()
     f = flags.FLAGS
     try:
+        if not f.policies:
+            raise ValueError("--policies must name at least one policy.")
         num_clients = _sizes("num_clients", f.num_clients)
         num_trials = _sizes("num_trials", f.num_trials)
         validation.seed("--seed", f.seed)

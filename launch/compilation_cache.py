@@ -25,7 +25,9 @@ import os
 from collections.abc import Mapping
 
 import jax
-from absl import flags
+from absl import app, flags
+
+from fedjax_sel import validation
 
 # Programs compiled in this many seconds or more are kept (README's main command, a
 # second run on a 2-core Xeon: 10.8 s at JAX's 1 s, 6.2 to 6.4 s at 0.1 s, 6.2 s at 0 s).
@@ -77,8 +79,18 @@ jax.monitoring.register_event_listener(_on_event)
 def enable(flag: str | None) -> str | None:
     """Points JAX's persistent compilation cache at the directory of `flag`, the value of
     `--compilation_cache_dir` (`directory`), before anything compiles; returns it, or
-    None for none."""
+    None for none.
+
+    Raises:
+      app.UsageError: the directory is a file, or lies under one (JAX would warn on
+        every program and cache nothing).
+    """
     path = directory(flag)
+    if path is not None:
+        try:
+            validation.output_dir("--compilation_cache_dir", path)
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
     jax.config.update("jax_compilation_cache_dir", path)
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)

@@ -26,11 +26,15 @@ _CHUNK = flags.DEFINE_integer(
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     bench.configure()
-    numbers = bench.qu_speed(
-        _NUM_TRIALS.value, _NUM_ROUNDS.value, _NUMPY_TRIALS.value, _CHUNK.value
-    )
+    try:
+        numbers = bench.qu_speed(
+            _NUM_TRIALS.value, _NUM_ROUNDS.value, _NUMPY_TRIALS.value, _CHUNK.value
+        )
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
     print(json.dumps(numbers))
 
 

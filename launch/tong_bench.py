@@ -24,12 +24,14 @@ import bandits
 from experiments import bench
 from experiments.reproductions import tong, tong_training
 from experiments.tong_trials import run_trials
-from fedjax_sel import data, envs
+from fedjax_sel import data, envs, validation
 
-_N = flags.DEFINE_integer("num_clients", 100, "N.")
-_K = flags.DEFINE_integer("num_selected", 5, "K.")
-_T = flags.DEFINE_integer("num_rounds", 500, "Slots T.")
-_M = flags.DEFINE_integer("num_trials", 1000, "Trials.")
+_N = flags.DEFINE_integer("num_clients", 100, "N.", lower_bound=2)
+_K = flags.DEFINE_integer("num_selected", 5, "K, below N.", lower_bound=1)
+_T = flags.DEFINE_integer(
+    "num_rounds", 500, "Slots T (the compressed form: at least N/K + 1).", lower_bound=1
+)
+_M = flags.DEFINE_integer("num_trials", 1000, "Trials.", lower_bound=1)
 _FORM = flags.DEFINE_enum("form", "compressed", ["dense", "compressed"], "Quick-Init form.")
 _ENV = flags.DEFINE_enum("env", "opinion_surrogate", ["opinion_surrogate", "fl_fa"], "Slots.")
 _OUTPUT = flags.DEFINE_string("output", None, "JSON output path.")
@@ -41,9 +43,35 @@ def _timed(selector, env, t, m) -> dict:
 
 
 def main(argv):
-    del argv
-    bench.configure()
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     n, k, t, m = _N.value, _K.value, _T.value, _M.value
+    if k >= n:
+        raise app.UsageError(f"--num_selected must be below --num_clients={n}, got {k}.")
+    if _ENV.value == "opinion_surrogate" and _FORM.value == "compressed" and t <= n // k:
+        raise app.UsageError(
+            f"--num_rounds must be at least N/K + 1 = {n // k + 1} with --form=compressed (its "
+            f"horizon: the cold start and one slot), got {t}."
+        )
+    if _OUTPUT.value:
+        try:
+            validation.output_file("--output", _OUTPUT.value)
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
+    bench.configure()
+    try:
+        record = _record(n, k, t, m)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    print(json.dumps(record, indent=1))
+    if _OUTPUT.value:
+        os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
+        with open(_OUTPUT.value, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+def _record(n: int, k: int, t: int, m: int) -> dict:
+    """The timings of the flags' policies (module docstring), with the machine."""
     record = {"env": _ENV.value, "num_clients": n, "num_selected": k}
     record.update(num_rounds=t, num_trials=m)
     if _ENV.value == "opinion_surrogate":
@@ -58,11 +86,7 @@ def main(argv):
         policies = tong._policies(tong.FA_POLICIES, n, t, seed=0)
         record["policies"] = {name: _timed(p, env, t, m) for name, p in policies.items()}
     record["machine"] = bench.machine()
-    print(json.dumps(record, indent=1))
-    if _OUTPUT.value:
-        os.makedirs(os.path.dirname(_OUTPUT.value) or ".", exist_ok=True)
-        with open(_OUTPUT.value, "w") as f:
-            json.dump(record, f, indent=1)
+    return record
 
 
 if __name__ == "__main__":
