@@ -60,7 +60,8 @@ def plot(
       metric: a per-round metric name (see `Results.curves`).
       policies: which policies, in order; all by default.
       ax: a matplotlib Axes to draw on; a new figure when None.
-      path: if given, the figure is saved there (PNG, PDF, ... by extension).
+      path: if given, the figure is saved there (PNG, PDF, ... by extension; its
+        directory made if needed).
       title: the axes title; None for the metric and the number of trials, "" for none.
       x: "round", or a per-round metric whose mean is the x axis of each policy
         (`"cumulative_latency"`: accuracy against wall-clock time).
@@ -106,5 +107,6 @@ def plot(
         ax.legend()
     fig.tight_layout()
     if path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         fig.savefig(path)
     return fig

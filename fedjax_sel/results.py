@@ -60,7 +60,9 @@ def write_in_place(
     path: str, write: Callable, mode: str, tmp_suffix: str = ".tmp", **kwargs
 ) -> None:
     """Calls `write(file)` on `path + tmp_suffix`, then renames it to `path`: a reader
-    finds the earlier file or the whole new one (results and checkpoints alike)."""
+    finds the earlier file or the whole new one (results and checkpoints alike). The
+    directory of `path` is made if needed."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + tmp_suffix
     try:
         with open(tmp, mode, **kwargs) as f:
@@ -224,10 +226,10 @@ class Results:
             write_in_place(path + suffix, write, "w", newline="")
 
     def save(self, path: str) -> None:
-        """Writes `<path>.npz`, then `<path>.json`, each whole or not at all (written
-        beside and renamed into place), the `.json` holding the `.npz`'s SHA-256: an
-        interrupted save leaves the earlier pair, or a new `.npz` that `load` refuses
-        beside the earlier `.json`, never a file half written."""
+        """Writes `<path>.npz`, then `<path>.json` (the directory made if needed), each
+        whole or not at all (written beside and renamed into place), the `.json` holding
+        the `.npz`'s SHA-256: an interrupted save leaves the earlier pair, or a new `.npz`
+        that `load` refuses beside the earlier `.json`, never a file half written."""
         arrays = {}
         for policy in self.policies:
             for metric, c in self.curves[policy].items():

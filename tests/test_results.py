@@ -153,6 +153,20 @@ def test_an_interrupted_save_never_leaves_mixed_or_half_written_files(tmp_path, 
     assert earlier.config != later.config
 
 
+def test_save_save_csv_and_plot_make_the_directories_they_write_into(tmp_path):
+    # The README's tour saves to "out/run" and plots to a path in a fresh directory.
+    import fedjax_sel
+
+    res = _two_policies()
+    res.save(str(tmp_path / "out" / "run"))
+    res.save_csv(str(tmp_path / "tables" / "run"))
+    fedjax_sel.plot(res, "reward", path=str(tmp_path / "figs" / "reward.png"))
+    assert sorted(os.listdir(tmp_path / "out")) == ["run.json", "run.npz"]
+    assert sorted(os.listdir(tmp_path / "tables")) == ["run.csv", "run_totals.csv"]
+    assert os.listdir(tmp_path / "figs") == ["reward.png"]
+    assert Results.load(str(tmp_path / "out" / "run")).config == res.config
+
+
 def test_a_file_without_format_from_the_first_version_loads(tmp_path):
     def first_version(meta):
         del meta["format"]
