@@ -52,6 +52,9 @@ def test_trace_replays_cycling():
         (lambda: availability.markov(0.5, 1.5, 3), "turn_off"),
         (lambda: availability.markov(0.5, 0.5), "num_clients"),
         (lambda: availability.trace(np.ones((2, 3))), "trace"),
+        # was: "num_clients is required when every probability is a scalar"
+        (lambda: availability.bernoulli(np.full((2, 2), 0.5)), r"probability .* shape \(2, 2\)"),
+        (lambda: availability.markov(0.5, np.full((2, 2), 0.5), 4), r"turn_off .* shape"),
         (lambda: envs.bernoulli(4, 2, availability=availability.bernoulli(0.5, 3)), "3"),
     ],
 )

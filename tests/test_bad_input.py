@@ -96,6 +96,8 @@ SPECIFIC = [
     ("env", "dfl_delay", {"tau_max": INF}, "tau_max"),
     ("env", "dfl_delay", {"noise_dbm": "x"}, "noise_dbm"),
     ("env", "dfl_delay", {"cycles_per_sample_range": (1e7, INF)}, "cycles_per_sample_range[1]"),
+    ("env", "dfl_delay", {"shard_size": 2**31 - 1}, "shard_size"),  # was: int32 overflow in jit
+    ("env", "dfl_delay", {"max_activity": 2**31 - 1}, "max_activity"),
     ("env", "exchange_time", {"model_size_mb": INF, "fairness_rate": 0.1}, "model_size_mb"),
     ("env", "exchange_time", {"bandwidth_mhz": (2.0, NAN)}, "bandwidth_mhz[1]"),
     ("env", "exchange_time", {"cpu_ratio": "fast"}, "cpu_ratio"),
@@ -103,6 +105,12 @@ SPECIFIC = [
     ("env", "gaussian", {"stddev": "1"}, "stddev"),
     ("env", "gaussian", {"means_range": (0.0, INF)}, "means_range[1]"),
     ("env", "gaussian", {"means": [1.0] * (N - 1) + [None]}, "means"),
+    ("env", "opinion_surrogate", {"success": [1.0] * (N - 1)}, "success"),  # was: NumPy's
+    ("env", "opinion_surrogate", {"success": "a"}, "success"),  # broadcast or float error
+    ("env", "opinion_surrogate", {"quality_range": 0.3}, "quality_range"),  # was: TypeError
+    ("env", "opinion_surrogate", {"accuracy_range": (0.5,)}, "accuracy_range"),  # IndexError
+    ("env", "opinion_surrogate", {"seed": 2**64}, "seed"),  # was: accepted
+    ("env", "opinion_surrogate", {"seed": 1.5}, "seed"),
     ("env", "training", {"learning_rate": INF}, "learning_rate"),
     ("env", "training", {"batch_size": 0}, "batch_size"),
     ("env", "training", {"latency_range": (1.0, INF)}, "latency_range[1]"),

@@ -117,7 +117,7 @@ def bernoulli(probability, num_clients: int | None = None) -> Availability:
       probability: a probability in [0, 1] or f32[N] of them.
       num_clients: N >= 1; None takes N from an f32[N] `probability`.
     """
-    n = _size(num_clients, probability)
+    n = _size(num_clients, probability=probability)
     p = validation.probabilities("availability", probability, n)
 
     def init(key, params):
@@ -146,7 +146,7 @@ def markov(turn_on, turn_off, num_clients: int | None = None) -> Availability:
       turn_off: P(on -> off), in [0, 1], a scalar or f32[N].
       num_clients: N >= 1; None takes N from an f32[N] `turn_on` or `turn_off`.
     """
-    n = _size(num_clients, turn_on, turn_off)
+    n = _size(num_clients, turn_on=turn_on, turn_off=turn_off)
     on = validation.probabilities("turn_on", turn_on, n)
     off = validation.probabilities("turn_off", turn_off, n)
 
@@ -212,11 +212,17 @@ def resolve(availability, num_clients: int) -> Availability:
     return process
 
 
-def _size(num_clients, *probabilities) -> int:
-    """N: `num_clients` if given, else the length of the first 1-D `probabilities`."""
+def _size(num_clients, **probabilities) -> int:
+    """N: `num_clients` if given, else the length of the first 1-D of `probabilities`
+    (by name: a scalar or f32[N] each)."""
+    for name, p in probabilities.items():
+        if np.ndim(p) > 1:
+            raise ValueError(
+                f"{name} must be a probability or an f32[N] of them, got shape {np.shape(p)}."
+            )
     if num_clients is not None:
         return validation.positive_int("num_clients", num_clients)
-    for p in probabilities:
+    for p in probabilities.values():
         if np.ndim(p) == 1:
             return validation.positive_int("num_clients", len(p))
     raise ValueError("num_clients is required when every probability is a scalar.")

@@ -231,9 +231,9 @@ def dfl_delay(
         a spectral density) or "literal" (sigma^2 = -173 dBm as in the text).
       compute_hz: phi > 0.
       cycles_per_sample_range: (low, high), 0 < low <= high, range of s_k.
-      max_activity: I_max >= 1; I_k(t) ~ U{0..I_max}, the first context feature is
+      max_activity: I_max in [1, 2^31 - 2]; I_k(t) ~ U{0..I_max}, the first context feature is
         I / I_max.
-      shard_size: D_k = D_max >= 1 samples per client; D_k(t) ~ U{1..D_k} (spec A5).
+      shard_size: D_k = D_max in [1, 2^31 - 2] samples per client; D_k(t) ~ U{1..D_k} (spec A5).
       area_m: side of the square area (m), > 0.
       min_distance_m: distance clip (m), > 0.
       regret_reference: "realized" or "expected" (see the module docstring).
@@ -265,8 +265,9 @@ def dfl_delay(
         compute_hz=validation.positive_float("compute_hz", compute_hz),
         tau_max=validation.positive_float("tau_max", tau_max),
     )
-    i_max = validation.positive_int("max_activity", max_activity)
-    d_max = validation.positive_int("shard_size", shard_size)
+    # Both are drawn below max + 1 in int32.
+    i_max = validation.int_in_range("max_activity", max_activity, 1, 2**31 - 2)
+    d_max = validation.int_in_range("shard_size", shard_size, 1, 2**31 - 2)
     side = validation.positive_float("area_m", area_m)
     d_min = validation.positive_float("min_distance_m", min_distance_m)
     process = availability_lib.resolve(availability, k_total)

@@ -146,25 +146,23 @@ def opinion_surrogate(
         expected accuracy (exact expectations, theorem checks).
       availability: probability in [0, 1] (or f32[N]) that a client is available, or an
         availability process (`envs.availability`).
-      seed: the seed of the default sizes.
+      seed: the seed of the default sizes, in [0, 2^32).
     """
     n = validation.positive_int("num_clients", num_clients)
     k = validation.num_selected(num_selected, n)
     validation.int_in_range("num_selected", k, 1, 12)
     iid = validation.int_in_range("num_iid", num_iid, 0, n)
-    q_low = validation.float_in_range("quality_range[0]", quality_range[0], 0.0, 1.0)
-    q_high = validation.float_in_range("quality_range[1]", quality_range[1], q_low, 1.0)
+    seed = validation.seed("seed", seed)
+    q_low, q_high = validation.real_interval("quality_range", quality_range, 0.0, 1.0)
     if quality is not None:
         quality = jnp.asarray(validation.array_in_range("quality", quality, (n,), 0.0, 1.0))
     if sizes is None:
         sizes = paper_sizes(n, seed)
     sizes = validation.array_in_range("sizes", sizes, (n,), 1e-6)
-    theta = np.broadcast_to(np.asarray(success, np.float32), (n,))
-    theta = validation.array_in_range("success", theta, (n,), 0.0, 1.0)
+    theta = validation.probabilities("success", success, n)
     if np.any(theta <= 0.0):
         raise ValueError(f"success (theta_n) must lie in (0, 1], got min {theta.min()}.")
-    a_low = validation.float_in_range("accuracy_range[0]", accuracy_range[0], 0.0, 1.0)
-    a_high = validation.float_in_range("accuracy_range[1]", accuracy_range[1], a_low, 1.0)
+    a_low, a_high = validation.real_interval("accuracy_range", accuracy_range, 0.0, 1.0)
     sigma_g = validation.float_in_range("noise", noise, 0.0, float("inf"))
     sigma_o = validation.float_in_range("opinion_noise", opinion_noise, 0.0, float("inf"))
     rho = validation.float_in_range("rate", rate, 0.0, 1.0, low_open=True)
