@@ -136,3 +136,44 @@ def test_surrogate_expected_reward_is_the_mean_over_arrival_patterns():
     np.testing.assert_allclose(ratio(np.flatnonzero(chosen.selected)), best, rtol=1e-6)
     with pytest.raises(ValueError, match="success"):
         envs.opinion_surrogate(n, k, success=0.0)
+
+
+def test_surrogate_expected_reward_counts_the_clipping_of_gaussian_opinions():
+    # Accuracies near 1 and opinions of sd 0.1: clip(acc + noise, 0, 1) loses mass above 1,
+    # so E[mean opinion] is below the expected accuracy (it was reported as 1.0 where the
+    # opinions averaged 0.960). Each arrival pattern's clipped-normal mean, by brute force
+    # in float64, and the mean of the realised rewards agree with it.
+    from scipy import stats
+
+    n, k = 6, 3
+    quality = np.array([1.0, 0.5, 0.2, 0.9, 0.3, 0.7], np.float32)
+    sizes = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], np.float32)
+    theta = np.array([0.9, 0.5, 0.7, 1.0, 0.6, 0.8], np.float32)
+    noise, opinion_noise = 0.05, 0.1
+    env = envs.opinion_surrogate(
+        n, k, quality=quality, sizes=sizes, success=theta, accuracy_range=(0.85, 1.0),
+        noise=noise, opinion_noise=opinion_noise,
+    )  # fmt: skip
+    sd = math.hypot(noise, opinion_noise)
+
+    def clipped_mean(mu):
+        a, b = -mu / sd, (1 - mu) / sd
+        cdf, pdf = stats.norm.cdf, stats.norm.pdf
+        return mu * (cdf(b) - cdf(a)) + sd * (pdf(a) - pdf(b)) + 1 - cdf(b)
+
+    state = env.reset(jax.random.PRNGKey(0))
+    inp = env.observe(state, 1, jax.random.PRNGKey(1))
+    s = [0, 3, 5]
+    want = 0.0
+    for x in itertools.product((0, 1), repeat=k):
+        x = np.asarray(x)
+        mass = np.sum(x * sizes[s])
+        q = np.sum(x * sizes[s] * quality[s]) / mass if mass else 0.0
+        want += np.prod(np.where(x, theta[s], 1 - theta[s])) * clipped_mean(0.85 + 0.15 * q)
+    decision = Decision(jnp.zeros(n, bool).at[jnp.asarray(s)].set(True))
+    keys = jax.random.split(jax.random.PRNGKey(2), 20_000)
+    stats_ = jax.jit(jax.vmap(lambda key: env.step(state, inp, decision, key)[2]))(keys)
+    np.testing.assert_allclose(stats_.expected_reward[0], want, rtol=1e-6)
+    np.testing.assert_allclose(want, 0.94069, atol=1e-5)  # expected accuracy: 0.9733
+    reward = np.asarray(stats_.reward, np.float64)
+    assert abs(reward.mean() - want) < 5 * reward.std(ddof=1) / math.sqrt(reward.size)

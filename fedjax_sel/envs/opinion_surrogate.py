@@ -26,8 +26,10 @@ that the set reward's expectation is exact for the theorem checks.
 Feedback: `reward` holds every client's opinion, `observed` the selected clients (their
 own opinion is their reward, FL&DA); `info["opinions"]` (f32[N]) holds all N opinions,
 whose mean is the FL&FA reward (eq. 8). `RoundStats.expected_reward` is the exact
-expected set reward E[mean opinion] (2^k arrival patterns of the selected clients),
-`reward` the realized mean opinion, `accuracy` the slot's accuracy.
+expected set reward E[mean opinion] (2^k arrival patterns of the selected clients; for
+Gaussian opinions, the mean of each pattern's opinion clipped to [0, 1],
+`clipped_normal_mean`, which is its accuracy while that lies several noise sds inside
+[0, 1]), `reward` the realized mean opinion, `accuracy` the slot's accuracy.
 
 Oracle: the k available clients maximising the long-run weighted quality
 `sum theta|D| q / sum theta|D|` (Dinkelbach's iteration on top-k, exact for that
@@ -100,6 +102,23 @@ class OpinionSurrogateState(NamedTuple):
     quality: chex.Array
     accuracy: chex.Array
     availability: Any
+
+
+def clipped_normal_mean(mean: chex.Array, std: chex.Array) -> chex.Array:
+    r"""E[clip(X, 0, 1)] for X ~ N(mean, std^2), elementwise: with a = -mean / std and
+    b = (1 - mean) / std,
+
+    .. math:: \mathrm{mean}\,(\Phi(b) - \Phi(a)) + \mathrm{std}\,(\varphi(a) -
+       \varphi(b)) + 1 - \Phi(b),
+
+    and clip(mean, 0, 1) where std is 0. Within several std of the ends' far side it is
+    `mean` to the last bit of f32 (Phi rounds to 0 and 1, phi to below half an ulp)."""
+    safe = jnp.where(std > 0, std, 1.0)
+    a, b = -mean / safe, (1.0 - mean) / safe
+    cdf_a, cdf_b = jax.scipy.special.ndtr(a), jax.scipy.special.ndtr(b)
+    pdf = jax.scipy.stats.norm.pdf
+    value = mean * (cdf_b - cdf_a) + safe * (pdf(a) - pdf(b)) + (1.0 - cdf_b)
+    return jnp.where(std > 0, value, jnp.clip(mean, 0.0, 1.0))
 
 
 def paper_sizes(num_clients: int, seed: int = 0) -> np.ndarray:
@@ -185,9 +204,10 @@ def opinion_surrogate(
     # f32[2^K, K]: every arrival pattern X of the K cohort slots.
     patterns = jnp.asarray(list(itertools.product((0.0, 1.0), repeat=k)), jnp.float32)
 
-    def weighted_quality(selected, available, quality, params):
-        """E[q̄] of the selected clients (bool[N]) over their arrival patterns, the empty
-        slots of a short cohort charged (module docstring)."""
+    def pattern_qualities(selected, available, quality, params):
+        """(f32[2^K], f32[2^K]): each arrival pattern's probability and q̄ for the
+        selected clients (bool[N]), the empty slots of a short cohort charged (module
+        docstring)."""
         slots = jnp.nonzero(selected, size=k, fill_value=0)[0]
         size = jnp.sum(selected)
         valid = jnp.arange(k) < size
@@ -199,18 +219,29 @@ def opinion_surrogate(
         ratio = (patterns @ (weight * jnp.where(valid, quality[slots], 0.0))) / jnp.maximum(
             total, 1e-30
         )
-        return jnp.sum(prob * jnp.where(total > 0, ratio, 0.0))
+        return prob, jnp.where(total > 0, ratio, 0.0)
 
-    def target(selected, available, quality, params):
-        return params.acc_low + (params.acc_high - params.acc_low) * weighted_quality(
-            selected, available, quality, params
-        )
+    def goal(state, q_bar, params):
+        """The accuracy's expectation given q̄ (module docstring)."""
+        target = params.acc_low + (params.acc_high - params.acc_low) * q_bar
+        if warm_start:
+            return state.accuracy + params.rate * (target - state.accuracy)
+        return target
 
     def expected_accuracy(state, selected, available, params):
-        goal = target(selected, available, state.quality, params)
-        if warm_start:
-            return state.accuracy + params.rate * (goal - state.accuracy)
-        return goal
+        prob, q_bar = pattern_qualities(selected, available, state.quality, params)
+        return goal(state, jnp.sum(prob * q_bar), params)
+
+    def expected_reward(state, selected, available, params):
+        """E[mean opinion] of the selected clients: the expected accuracy (`law=
+        "bernoulli"`), or, for the Gaussian law, each arrival pattern's mean of an opinion
+        clipped to [0, 1], an opinion being normal about the pattern's accuracy with the
+        slot's and its own noise (`clipped_normal_mean`)."""
+        if law == "bernoulli":
+            return expected_accuracy(state, selected, available, params)
+        prob, q_bar = pattern_qualities(selected, available, state.quality, params)
+        spread = jnp.sqrt(params.noise**2 + params.opinion_noise**2)
+        return jnp.sum(prob * clipped_normal_mean(goal(state, q_bar, params), spread))
 
     def reset(key, params=None):
         params = defaults if params is None else params
@@ -259,20 +290,17 @@ def opinion_surrogate(
             / jnp.maximum(mass, 1e-30),
             0.0,
         )
-        goal = params.acc_low + (params.acc_high - params.acc_low) * q_bar
-        if warm_start:
-            goal = state.accuracy + params.rate * (goal - state.accuracy)
-        accuracy = goal + params.noise * jax.random.normal(acc_key, ())
-        expected = expected_accuracy(state, selected, round_input.available, params)
+        accuracy = goal(state, q_bar, params) + params.noise * jax.random.normal(acc_key, ())
         if law == "gaussian":
             opinions = accuracy + params.opinion_noise * jax.random.normal(opinion_key, (n,))
             opinions = jnp.clip(opinions, 0.0, 1.0)
         else:
+            expected = expected_accuracy(state, selected, round_input.available, params)
             opinions = jax.random.bernoulli(opinion_key, expected, (n,)).astype(jnp.float32)
         best = oracle(state, round_input, params).selected
         stats = RoundStats(
-            expected_reward=expected,
-            oracle_reward=expected_accuracy(state, best, round_input.available, params),
+            expected_reward=expected_reward(state, selected, round_input.available, params),
+            oracle_reward=expected_reward(state, best, round_input.available, params),
             reward=jnp.mean(opinions),
             latency=f32(0.0),
             num_failed=jnp.sum(selected & ~arrived).astype(jnp.float32),
