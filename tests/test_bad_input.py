@@ -447,3 +447,52 @@ def test_simulate_refuses_bad_argument(kwargs, arg, empty_cwd, nothing_traced):
     call.update(kwargs)
     with nothing_traced(), pytest.raises(ValueError, match=arg):
         fedjax_sel.simulate(**call)
+
+
+def _training_results():
+    curve = {"mean": np.array([0.2, 0.5, 0.8]), "std": np.zeros(3)}
+    return fedjax_sel.Results(
+        config={"num_trials": 1, "num_rounds": 3},
+        curves={"p": {"accuracy": curve, "loss": curve, "cumulative_latency": curve}},
+        totals={},
+        selection_fraction={},
+    )
+
+
+# Data and FL helpers' own arguments, as (call, argument named). Seeds were handed to
+# NumPy or JAX as given (None drew a fresh split each call, 2^32 + 1 the split of seed 1);
+# flags were read by truthiness ("False" meant True); a target out of range read as never
+# reached.
+DATA_FL_CASES = [
+    (lambda: fedjax_sel.data.iid(np.arange(20) % 4, 4, seed=None), "seed"),
+    (lambda: fedjax_sel.data.dirichlet(np.arange(20) % 4, 4, seed=-1), "seed"),
+    (lambda: fedjax_sel.data.load("digits", 4, seed=2**32 + 1), "seed"),
+    (lambda: fedjax_sel.data.load_digits(seed=1.5), "seed"),
+    (lambda: fedjax_sel.data.gaussian_mixture(seed=2**32 + 1), "seed"),
+    (lambda: fedjax_sel.data.synthetic_leaf(4, seed=2**32 + 1), "seed"),
+    (lambda: fedjax_sel.data.synthetic_leaf(4, iid="no"), "iid"),
+    (
+        lambda: fedjax_sel.data.pack(
+            fedjax_sel.data.load_digits(), [np.arange(5), np.arange(5, 10)], heldout_from_test="no"
+        ),
+        "heldout_from_test",
+    ),
+    (lambda: fedjax_sel.fl.fedavg(drop_late="False"), "drop_late"),
+    (lambda: fedjax_sel.fl.decentralized(2, drop_late="False"), "drop_late"),
+    (lambda: fedjax_sel.fl.rounds_to_accuracy(_training_results(), "p", 1.5), "target"),
+    (lambda: fedjax_sel.fl.time_to_accuracy(_training_results(), "p", math.nan), "target"),
+    (lambda: fedjax_sel.fl.time_to_loss(_training_results(), "p", -0.1), "target"),
+    (lambda: fedjax_sel.fl.rounds_to_accuracy(_training_results(), "q", 0.5), "unknown policy"),
+]
+
+
+@pytest.mark.parametrize("call, arg", DATA_FL_CASES, ids=[a for _, a in DATA_FL_CASES])
+def test_data_and_fl_helpers_refuse_bad_arguments(call, arg):
+    import fedjax_sel.data  # noqa: F401 (lazy in fedjax_sel)
+    import fedjax_sel.fl  # noqa: F401
+
+    with pytest.raises(ValueError, match=arg):
+        call()
+    # The valid calls they stand for give what they document.
+    assert fedjax_sel.fl.rounds_to_accuracy(_training_results(), "p", 0.5) == 2
+    assert fedjax_sel.fl.time_to_loss(_training_results(), "p", 0.2) == 0.2

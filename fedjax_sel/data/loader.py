@@ -76,6 +76,7 @@ def load(
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; valid names: {list(DATASETS)}.")
     num_clients = validation.positive_int("num_clients", num_clients)
+    seed = validation.seed("seed", seed)
     kw = dict(kw)
     if name in NATURAL:
         if partition not in (None, "natural"):

@@ -89,6 +89,7 @@ def pack(
     fraction = validation.float_in_range("heldout_fraction", heldout_fraction, 0.0, 1.0)
     if fraction >= 1.0:
         raise ValueError(f"heldout_fraction must lie in [0, 1), got {heldout_fraction!r}.")
+    heldout_from_test = validation.boolean("heldout_from_test", heldout_from_test)
     if heldout_from_test and fraction > 0:
         raise ValueError("heldout_from_test and heldout_fraction > 0 are exclusive; pick one.")
     num_clients = len(client_indices)
@@ -96,7 +97,7 @@ def pack(
     if num_clients == 0 or sizes.min() < 1:
         empty = np.flatnonzero(sizes == 0)[:10].tolist()
         raise ValueError(f"every client needs at least one example; empty clients: {empty}.")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(validation.seed("seed", seed))
     shuffled = [rng.permutation(np.asarray(ix)) for ix in client_indices]
     if heldout_from_test:
         if data.y_test.size < num_clients:

@@ -75,7 +75,7 @@ def iid(labels, num_clients: int, *, seed: int = 0, sizes=None) -> ClientIndices
     """
     n = _labels(labels).size
     num_clients = _num_clients(num_clients, n)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(validation.seed("seed", seed))
     if sizes is None:
         sizes = apportion(n, np.ones(num_clients))
     else:
@@ -112,7 +112,7 @@ def unbalanced(labels, num_clients: int, *, seed: int = 0, sigma: float = 1.0) -
     n = _labels(labels).size
     num_clients = _num_clients(num_clients, n)
     sigma = validation.float_in_range("sigma", sigma, 0.0, 10.0)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(validation.seed("seed", seed))
     weights = rng.lognormal(0.0, sigma, num_clients)
     sizes = 1 + apportion(n - num_clients, weights)
     return _shuffled_split(rng, np.arange(n), sizes)
@@ -154,7 +154,7 @@ def label_shards(labels, num_clients: int, *, seed: int = 0, labels_per_client=2
     num_clients = _num_clients(num_clients, labels.size)
     classes = np.unique(labels)
     k = _per_client_ints("labels_per_client", labels_per_client, num_clients, 1, classes.size)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(validation.seed("seed", seed))
     holders: list[list[int]] = [[] for _ in classes]
     for client in range(num_clients):
         load = np.array([len(h) for h in holders])
@@ -227,7 +227,7 @@ def dirichlet(
     alpha = validation.positive_float("alpha", alpha)
     if mode not in ("per_class", "per_client"):
         raise ValueError(f"mode must be 'per_class' or 'per_client', got {mode!r}.")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(validation.seed("seed", seed))
     classes = np.unique(labels)
     members = [np.flatnonzero(labels == c) for c in classes]
     if mode == "per_client":
@@ -310,7 +310,7 @@ def mixed(
         raise ValueError(f"non_iid must be one of {valid}, got {non_iid!r}.")
     share = num_iid / num_clients if iid_share is None else iid_share
     share = validation.probability("iid_share", share)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(validation.seed("seed", seed))
     iid_seed, non_iid_seed = rng.integers(2**31, size=2)
     perm = rng.permutation(n)
     if num_iid in (0, num_clients):
@@ -376,7 +376,7 @@ def mixed_sizes(
     num_iid = validation.int_in_range("num_iid", num_iid, 0, num_clients)
     classes = np.unique(labels)
     per = validation.int_in_range("labels_per_client", labels_per_client, 1, classes.size)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(validation.seed("seed", seed))
     if sizes is None:
         draws = rng.integers(1000, 4001, num_clients) * (20.0 / num_clients) * n / 60000.0
         # At most 5/6 of the pool (the mean draw's share), so that the labels last.

@@ -110,7 +110,7 @@ def load_digits(*, seed: int = 0, test_fraction: float = 0.2) -> CentralData:
     bunch = datasets.load_digits()
     x = (bunch.images / 16.0).astype(np.float32)[..., None]
     y = bunch.target.astype(np.int32)
-    perm = np.random.default_rng(seed).permutation(y.size)
+    perm = np.random.default_rng(validation.seed("seed", seed)).permutation(y.size)
     n_test = max(1, int(round(fraction * y.size)))
     test, train = perm[:n_test], perm[n_test:]
     return CentralData(x[train], y[train], x[test], y[test], 10)

@@ -62,10 +62,11 @@ def synthetic_leaf(
     beta = validation.float_in_range("beta", beta, 0.0, float("inf"))
     dimension = validation.positive_int("dimension", dimension)
     num_classes = validation.int_in_range("num_classes", num_classes, 2, 1 << 16)
+    iid = validation.boolean("iid", iid)
     fraction = validation.float_in_range("heldout_fraction", heldout_fraction, 0.0, 1.0)
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"heldout_fraction must lie in (0, 1), got {heldout_fraction!r}.")
-    keys = jax.random.split(jax.random.PRNGKey(seed), 2)
+    keys = jax.random.split(jax.random.PRNGKey(validation.seed("seed", seed)), 2)
     if samples_per_client is None:
         log_sizes = 4.0 + 2.0 * jax.random.normal(keys[0], (num_clients,))
         sizes = np.floor(np.exp(np.asarray(log_sizes, np.float64))).astype(np.int64) + 50
@@ -178,7 +179,7 @@ def gaussian_mixture(
     ):
         raise ValueError(f"image_shape must be (height, width, channels) >= 1, got {image_shape}.")
     x, y, x_test, y_test = _mixture_examples(
-        jax.random.PRNGKey(seed),
+        jax.random.PRNGKey(validation.seed("seed", seed)),
         noise,
         num_train,
         num_test,

@@ -114,7 +114,7 @@ def fedavg(weighting: str = "examples", drop_late: bool = True) -> Aggregator:
     """
     if weighting not in ("examples", "uniform"):
         raise ValueError(f"weighting must be 'examples' or 'uniform', got {weighting!r}.")
-    drop_late = bool(drop_late)
+    drop_late = validation.boolean("drop_late", drop_late)
 
     def client_params(state, group):
         return _broadcast(state, group.shape[0])
@@ -229,7 +229,7 @@ def decentralized(
         if not np.allclose(w.sum(axis=1), 1.0, atol=1e-5):
             raise ValueError(f"mixing must have rows that sum to 1, got row sums {w.sum(axis=1)}.")
         w = jnp.asarray(w)
-    drop_late = bool(drop_late)
+    drop_late = validation.boolean("drop_late", drop_late)
 
     def client_params(state, group):
         return jax.tree.map(lambda g: g[jnp.clip(group, 0, s - 1)], state)

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedjax_sel import validation
 from fedjax_sel.results import Results
 
 
 def _first_round(results: Results, policy: str, target: float, metric: str = "accuracy"):
     """The first round (1-based) whose mean `metric` reaches `target`: at or above it
-    for the accuracy, at or below it for the loss; None if none does."""
+    for the accuracy, at or below it for the loss; None if none does. An unknown policy,
+    or a target outside [0, 1] (accuracy) or [0, inf) (loss), is a ValueError."""
+    if policy not in results.curves:
+        raise ValueError(f"unknown policy {policy!r}; the results hold {list(results.curves)}.")
+    high = 1.0 if metric == "accuracy" else np.inf
+    target = validation.float_in_range("target", target, 0.0, high)
     if metric not in results.curves[policy]:
         raise ValueError(f"policy {policy!r} has no {metric} curve (not a training environment).")
     curve = np.asarray(results.curves[policy][metric]["mean"])
