@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 
+import fedjax_sel
 from experiments import reproductions
 from experiments.reproductions import chen
 
@@ -29,8 +30,9 @@ def test_fig4_ordering_with_the_calibrated_exploration_scale(fig4):
     # Sub-linear regret: a growth exponent below the linear baselines' (about 1) by the
     # margin; the literal method, which explores like random, is not sub-linear.
     growth = numbers["regret_growth_exponent"]
-    assert numbers["sublinear_regret_holds"] and growth["proposed"] < 1.0 - chen.SUBLINEAR_MARGIN
-    assert not chen.sublinear_regret(growth, "proposed_literal"), growth
+    assert numbers["sublinear_regret_holds"]
+    assert growth["proposed"] < 1.0 - reproductions.SUBLINEAR_MARGIN
+    assert not reproductions.sublinear_regret(growth, "proposed_literal", chen.LINEAR_BASELINES)
     assert numbers["exploration_fraction"]["proposed"] < 0.5
     assert os.path.exists(os.path.join(out, "chen_fig4_calibrated.png"))
     assert os.path.exists(os.path.join(out, "chen_fig4_calibrated.json"))
@@ -69,6 +71,30 @@ def test_flagfiles_name_a_figure_and_setting(name):
     assert name == f"chen_fig{lines['figure']}_{lines['setting']}.cfg"
     if lines["figure"] in ("4", "4u", "7"):  # the delay figures; thm1 runs to where (28) bites
         assert int(lines["num_rounds"]) == 2000 and int(lines["num_trials"]) >= 100
+
+
+@pytest.mark.parametrize("middle, decrease", [(3000.0, True), (5000.0, False)])
+def test_fig7_learners_must_fall_at_every_step_of_k(middle, decrease, tmp_path, monkeypatch):
+    # "As K grows every method but random gets faster": a learner whose delay rises at
+    # a middle K fails it, though it ends below its start (compared first with last,
+    # it passed). The delays stand in for the sweep's runs (K = 6, 12, 18).
+    delays = {
+        "optimal": [4000.0, middle, 2000.0],
+        "proposed": [4000.0, 3500.0, 3000.0],
+        "epsilon_greedy": [4000.0, 3900.0, 3800.0],
+        "random": [4000.0, 4000.0, 4000.0],
+    }
+    runs = iter(range(3))
+
+    def simulate(policies, *args, **kwargs):
+        i = next(runs)
+        totals = {p: {"cumulative_latency": np.full(4, d[i])} for p, d in delays.items()}
+        return fedjax_sel.Results({"num_trials": 4, "num_rounds": 1}, {}, totals, {})
+
+    monkeypatch.setattr(chen.fedjax_sel, "simulate", simulate)
+    options = reproductions.Options(setting="calibrated", output_dir=str(tmp_path))
+    numbers = chen.fig7_sweep(options, clients=(6, 12, 18))
+    assert numbers["learners_decrease_holds"] is decrease
 
 
 def test_fig4_with_unequal_cells(tmp_path):

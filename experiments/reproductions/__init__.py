@@ -59,6 +59,21 @@ class Figure(NamedTuple):
     datasets: tuple[str, ...] = ()
 
 
+# A regret is called sub-linear when its growth exponent (`Results.growth_exponent`) is
+# below 1 by this much and below the linear baselines' by as much. (A log-log slope below
+# 1 cannot fail: a linear regret with an offset has one.)
+SUBLINEAR_MARGIN = 0.2
+
+
+def sublinear_regret(growth: dict[str, float], policy: str, baselines: tuple[str, ...]) -> bool:
+    """Whether `policy`'s regret growth exponent (`growth`, per policy) is sub-linear:
+    below 1 - `SUBLINEAR_MARGIN` and below each of `baselines`' by the margin."""
+    return bool(
+        growth[policy] < 1.0 - SUBLINEAR_MARGIN
+        and all(growth[policy] < growth[p] - SUBLINEAR_MARGIN for p in baselines)
+    )
+
+
 def papers() -> list[str]:
     """Names of the papers with reproductions."""
     return sorted(m.name for m in pkgutil.iter_modules(__path__))

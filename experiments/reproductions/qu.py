@@ -23,7 +23,7 @@ import numpy as np
 
 import bandits
 import fedjax_sel
-from experiments.reproductions import Figure, Options
+from experiments.reproductions import Figure, Options, sublinear_regret
 from fedjax_sel import envs
 from fedjax_sel.envs.hierarchical import PRESETS
 from fedjax_sel.plot import pyplot, save
@@ -72,14 +72,6 @@ def _totals(res, metric: str) -> dict:
     return {p: res.final(p, metric) for p in POLICIES}
 
 
-def _regret_slope(res) -> float:
-    """Log-log slope of COCS's mean cumulative regret over the second half of the rounds."""
-    mean, _ = res.curve("cocs", "cumulative_regret")
-    t = np.arange(1, mean.size + 1)
-    half = slice(mean.size // 2, None)
-    return float(np.polyfit(np.log(t[half]), np.log(np.maximum(mean[half], 1e-9)), 1)[0])
-
-
 def _utility_and_regret(options: Options, dataset: str, rounds: int, figures: tuple[str, str]):
     """Cumulative utilities and regret of every policy (Figs. 3 and 5/6)."""
     trials = options.num_trials or 100
@@ -101,18 +93,21 @@ def _utility_and_regret(options: Options, dataset: str, rounds: int, figures: tu
     cocs_best = all(
         utility["cocs"][0] - utility["cocs"][1] > utility[p][0] + utility[p][1] for p in learners
     )
-    slope = _regret_slope(res)
+    growth = {p: res.growth_exponent(p, "cumulative_regret") for p in POLICIES if p != "oracle"}
+    sublinear = sublinear_regret(growth, "cocs", ("random",))
+    oracle_highest = all(utility["oracle"][0] >= utility[p][0] for p in POLICIES)
     return {
         "num_rounds": rounds,
         "num_trials": trials,
         "cumulative_utility_mean_ci95": utility,
         "cumulative_regret_mean_ci95": regret,
-        "cocs_regret_loglog_slope_second_half": slope,
-        "oracle_highest": all(utility["oracle"][0] >= utility[p][0] for p in POLICIES),
+        "regret_growth_exponent": growth,
+        "oracle_highest": oracle_highest,
         "cocs_above_every_learner": cocs_best,
+        "cocs_regret_sublinear": sublinear,
         "cocs_over_cucb": utility["cocs"][0] / utility["cucb"][0],
         "figure_path": _save(fig, options, figures[0]),
-        "holds": bool(cocs_best and slope < 1.0),
+        "holds": bool(oracle_highest and cocs_best and sublinear),
     }
 
 
@@ -139,16 +134,17 @@ def run_fig4b(options: Options) -> dict:
     ax.set(xlabel="edge round", ylabel="successful participants")
     ax.legend()
     order = late["oracle"] >= late["cocs"] and late["cocs"] > max(late["linucb"], late["cucb"])
+    random_lowest = late["random"] <= min(late.values())
     return {
         "num_rounds": rounds,
         "num_trials": trials,
         "first_10_rounds_mean": early,
         "last_50_rounds_mean": late,
         "oracle_above_cocs_above_linucb_and_cucb_late": bool(order),
-        "random_lowest_late": bool(late["random"] <= min(late.values())),
+        "random_lowest_late": bool(random_lowest),
         "cocs_rises": bool(late["cocs"] > early["cocs"]),
         "figure_path": _save(fig, options, "4b"),
-        "holds": bool(order and late["cocs"] > early["cocs"]),
+        "holds": bool(order and random_lowest and late["cocs"] > early["cocs"]),
     }
 
 
