@@ -70,7 +70,6 @@ selections).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import NamedTuple
 
 import chex
@@ -535,21 +534,10 @@ def oort(
         loss = read("Feedback", feedback.info, cfg.loss_key)
         # One NaN or inf would stay in the state: a NaN utility passes to every straggler
         # of the round (their mean) and drops them from the pool, an inf one flattens
-        # every other client's clipped utility to 0. check_feedback reads
-        # getattr(feedback, field): a namespace whose attributes are named as its messages
-        # should name the fields.
-        for field, values, observed in (
-            ("info['num_samples']", num_samples, kept),
-            (f"info['{cfg.loss_key}']", loss, kept),
-            ("latency", feedback.latency, feedback.observed),
-        ):
-            validation.check_feedback(
-                "oort",
-                SimpleNamespace(observed=observed, **{field: values}),
-                0.0,
-                np.inf,
-                field=field,
-            )
+        # every other client's clipped utility to 0.
+        validation.check_observed("oort", "info['num_samples']", num_samples, kept, 0.0, np.inf)
+        validation.check_observed("oort", f"info['{cfg.loss_key}']", loss, kept, 0.0, np.inf)
+        validation.check_feedback("oort", feedback, 0.0, np.inf, field="latency")
         utility = num_samples * loss
         mean = jnp.sum(jnp.where(kept, utility, 0.0)) / jnp.maximum(jnp.sum(kept), 1)
         t = state.round.astype(jnp.float32)

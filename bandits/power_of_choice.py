@@ -53,7 +53,6 @@ first. `update` of `rpow-d` refuses a NaN, infinite or negative reported loss
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from typing import NamedTuple
 
 import chex
@@ -175,15 +174,7 @@ def power_of_choice(
             del decision
             loss = read("Feedback", feedback.info, "loss")
             reported = feedback.observed & feedback.success
-            # check_feedback reads getattr(feedback, field): a namespace whose attribute
-            # is named as its messages should name the field.
-            validation.check_feedback(
-                variant,
-                SimpleNamespace(observed=reported, **{"info['loss']": loss}),
-                0.0,
-                np.inf,
-                field="info['loss']",
-            )
+            validation.check_observed(variant, "info['loss']", loss, reported, 0.0, np.inf)
             return PowerOfChoiceState(
                 stale_loss=jnp.where(reported, loss, state.stale_loss).astype(jnp.float32),
                 seen=state.seen | reported,

@@ -456,11 +456,20 @@ def check_feedback(
     Raises:
       ValueError: eagerly, naming the policy, the range and the first offending client.
     """
+    check_observed(policy, field, getattr(feedback, field), feedback.observed, low, high)
+
+
+def check_observed(
+    policy: str, field: str, values, observed, low: float = -np.inf, high: float = np.inf
+) -> None:
+    """`check_feedback` of f32[N] `values`, named `Feedback.<field>`, for the clients of
+    bool[N] `observed`: for what a policy reads from `Feedback.info` (`field` e.g.
+    "info['loss']"), or of fewer clients than those observed (those that succeeded)."""
     check_values(
         policy,
         f"Feedback.{field} for observed clients",
-        getattr(feedback, field),
-        feedback.observed,
+        values,
+        observed,
         low,
         high,
         "Rescale the values or pick a policy without this assumption.",
