@@ -228,18 +228,14 @@ def opinion_surrogate(
             return state.accuracy + params.rate * (target - state.accuracy)
         return target
 
-    def expected_accuracy(state, selected, available, params):
-        prob, q_bar = pattern_qualities(selected, available, state.quality, params)
-        return goal(state, jnp.sum(prob * q_bar), params)
-
     def expected_reward(state, selected, available, params):
         """E[mean opinion] of the selected clients: the expected accuracy (`law=
-        "bernoulli"`), or, for the Gaussian law, each arrival pattern's mean of an opinion
-        clipped to [0, 1], an opinion being normal about the pattern's accuracy with the
-        slot's and its own noise (`clipped_normal_mean`)."""
-        if law == "bernoulli":
-            return expected_accuracy(state, selected, available, params)
+        "bernoulli"`, each opinion's probability), or, for the Gaussian law, each arrival
+        pattern's mean of an opinion clipped to [0, 1], an opinion being normal about the
+        pattern's accuracy with the slot's and its own noise (`clipped_normal_mean`)."""
         prob, q_bar = pattern_qualities(selected, available, state.quality, params)
+        if law == "bernoulli":
+            return goal(state, jnp.sum(prob * q_bar), params)
         spread = jnp.sqrt(params.noise**2 + params.opinion_noise**2)
         return jnp.sum(prob * clipped_normal_mean(goal(state, q_bar, params), spread))
 
@@ -291,15 +287,15 @@ def opinion_surrogate(
             0.0,
         )
         accuracy = goal(state, q_bar, params) + params.noise * jax.random.normal(acc_key, ())
+        expected = expected_reward(state, selected, round_input.available, params)
         if law == "gaussian":
             opinions = accuracy + params.opinion_noise * jax.random.normal(opinion_key, (n,))
             opinions = jnp.clip(opinions, 0.0, 1.0)
         else:
-            expected = expected_accuracy(state, selected, round_input.available, params)
             opinions = jax.random.bernoulli(opinion_key, expected, (n,)).astype(jnp.float32)
         best = oracle(state, round_input, params).selected
         stats = RoundStats(
-            expected_reward=expected_reward(state, selected, round_input.available, params),
+            expected_reward=expected,
             oracle_reward=expected_reward(state, best, round_input.available, params),
             reward=jnp.mean(opinions),
             latency=f32(0.0),
