@@ -336,7 +336,7 @@ CLI_CASES = [
     ("launch.reproduce", ["--compilation_cache_dir=afile/c"], "--compilation_cache_dir"),
     ("launch.bench", ["--policies="], "--policies must name at least one policy"),
     ("launch.tong_bench", ["--num_trials=0"], "--num_trials"),
-    ("launch.tong_bench", ["--num_clients=10", "--num_selected=10"], "--num_selected"),
+    ("launch.tong_bench", ["--num_clients=10", "--num_selected=10"], "num_selected must be below"),
     (
         "launch.tong_bench",
         ["--num_clients=10", "--num_selected=2", "--num_rounds=5"],
